@@ -1,0 +1,1 @@
+"""Actions: one module each, run in profile order inside a cycle."""

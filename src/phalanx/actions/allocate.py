@@ -1,0 +1,112 @@
+"""Allocate: place pending workloads, gang-aware, in queue -> priority -> age order.
+
+Queues take turns: each step serves the queue that holds the least GPU so far (ties by
+name), then its best workload. With `gang: false` it imitates kube-scheduler instead:
+one pod at a time, pods of concurrently created workloads interleaved, no all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+from phalanx.actions.gang import gang_tasks, place_gang
+from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
+
+
+class Allocate:
+    name = "allocate"
+
+    def __init__(self, gang: bool = True, strict_fifo: bool = False) -> None:
+        self.gang = gang
+        self.strict_fifo = strict_fifo
+
+    def execute(self, session: Session) -> None:
+        if self.gang:
+            self._gangs(session)
+        else:
+            self._pods(session)
+
+    def _gangs(self, session: Session) -> None:
+        by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
+        for e in session.ordered_pending():
+            by_queue[e.workload.queue].append(e)
+        held = queue_gpu(session)
+        heap = [(held.get(q, 0), q) for q in by_queue]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(by_queue, 0)
+        blocked: dict[str, str] = {}
+        while heap:
+            _, q = heapq.heappop(heap)
+            entries = by_queue[q]
+            if pos[q] >= len(entries):
+                continue
+            entry = entries[pos[q]]
+            pos[q] += 1
+            if q in blocked:
+                session.set_pending(entry.name, f"waiting behind {blocked[q]} (strict FIFO in queue {q})")
+            else:
+                before = gpu_milli(entry)
+                ok = allocate_workload(session, entry)
+                if ok:
+                    held[q] = held.get(q, 0) + gpu_milli(entry) - before
+                elif self.strict_fifo:
+                    blocked[q] = entry.name
+            if pos[q] < len(entries):
+                heapq.heappush(heap, (held.get(q, 0), q))
+
+    def _pods(self, session: Session) -> None:
+        entries = session.ordered_pending()
+        rank = {e.name: k for k, e in enumerate(entries)}
+        pods = [(t.ordinal, rank[e.name], t, e) for e in entries for t in e.unbound]
+        pods.sort(key=lambda p: (-p[3].workload.priority, p[3].workload.creation_time, p[0], p[1]))
+        first_failure: dict[str, str] = {}
+        for _, _, task, entry in pods:
+            stmt = session.statement()
+            if session.place(task, stmt) is not None:
+                stmt.commit()
+                continue
+            reasons = session.why_not(task)
+            stmt.discard()
+            if entry.name not in first_failure:
+                first_failure[entry.name] = task.name
+                missing = len(entry.unbound)
+                session.set_pending(entry.name, f"{missing} pod(s) unschedulable, e.g. {task.name}", reasons)
+
+
+def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
+    """Place the gang (all-or-nothing), then any optional tasks one by one. True if the gang runs."""
+    session.attempted.add(entry.name)
+    gang, rest = gang_tasks(entry)
+    if gang:
+        outcome = place_gang(session, entry, gang)
+        if not outcome.placed:
+            session.set_pending(entry.name, outcome.summary, outcome.reasons)
+            return False
+    left = 0
+    for t in rest:
+        stmt = session.statement()
+        if session.place(t, stmt) is not None:
+            stmt.commit()
+        else:
+            stmt.discard()
+            left += 1
+    if left:
+        session.set_pending(entry.name, f"{left} optional task(s) beyond min_available do not fit yet")
+    else:
+        session.pending.pop(entry.name, None)
+    return True
+
+
+def gpu_milli(entry: WorkloadEntry) -> int:
+    return sum(a.devices.milli * len(a.devices.gpus) for a in entry.bound.values())
+
+
+def queue_gpu(session: Session) -> dict[str, int]:
+    """Milli-GPU each queue holds now."""
+    held: dict[str, int] = {}
+    for e in session.snapshot.workloads.values():
+        if e.bound:
+            held[e.workload.queue] = held.get(e.workload.queue, 0) + gpu_milli(e)
+    return held

@@ -1,0 +1,24 @@
+"""`phalanx`: schedule, simulate, benchmark, run in Kubernetes."""
+
+from __future__ import annotations
+
+import typer
+
+from phalanx.cli.schedule import schedule
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Phalanx: a scheduler for AI workloads on Kubernetes.")
+app.command("schedule")(schedule)
+
+
+@app.callback()
+def _root() -> None:
+    """Phalanx: a scheduler for AI workloads on Kubernetes."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""`phalanx schedule`: run cycles on a static cluster until nothing more can be placed."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.cli.errors import user_errors
+from phalanx.core.cycle import run_cycle
+from phalanx.core.decisions import Bind, Pending
+from phalanx.core.snapshot import Snapshot
+from phalanx.profiles import load_profile
+from phalanx.spec.cluster import parse_cluster
+from phalanx.spec.common import load_yaml
+from phalanx.spec.workloads import parse_workloads
+
+MAX_CYCLES = 1000
+
+
+def _example(name: str) -> tuple[object, str]:
+    res = resources.files("phalanx.data") / name
+    import yaml
+
+    return yaml.safe_load(res.read_text()), f"(embedded) {name}"
+
+
+def schedule(
+    cluster: Annotated[Path | None, typer.Option(help="Cluster YAML (default: the embedded example).")] = None,
+    workloads: Annotated[Path | None, typer.Option(help="Workloads YAML (default: the embedded example).")] = None,
+    profile: Annotated[str, typer.Option(help="Built-in profile name or a profile YAML file.")] = "phalanx",
+    seed: Annotated[int, typer.Option(help="Seed of the cycle's random tie-breaks.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Place workloads on a static cluster and show placements and pending reasons."""
+    with user_errors():
+        cdata, csrc = (load_yaml(cluster), str(cluster)) if cluster else _example("example-cluster.yaml")
+        wdata, wsrc = (load_yaml(workloads), str(workloads)) if workloads else _example("example-workloads.yaml")
+        nodes, levels, datasets = parse_cluster(cdata, csrc)
+        wls, _ = parse_workloads(wdata, wsrc)
+        prof = load_profile(profile)
+        snap = Snapshot(nodes, topology_levels=levels, datasets=datasets)
+        for w in wls:
+            snap.add_workload(w)
+    rng = np.random.default_rng(seed)
+    binds: list[Bind] = []
+    pending: list[Pending] = []
+    cycles = 0
+    for cycles in range(1, MAX_CYCLES + 1):
+        result = run_cycle(snap, prof, float(cycles), rng)
+        snap.apply(result, float(cycles))
+        binds.extend(result.binds)
+        pending = result.pending
+        if not result.binds and not result.evictions:
+            break
+    if as_json:
+        out = {
+            "profile": prof.name,
+            "cycles": cycles,
+            "binds": [b.to_dict() for b in binds],
+            "pending": [p.to_dict() | {"message": p.message} for p in pending],
+        }
+        typer.echo(json.dumps(out, indent=2))
+        return
+    _print_tables(prof.name, cycles, binds, pending)
+
+
+def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pending]) -> None:
+    console = Console()
+    t = Table(title=f"Placements ({profile}, {cycles} cycle{'s' if cycles != 1 else ''})")
+    for col in ("workload", "task", "node", "GPUs", "share / slice", "NICs"):
+        t.add_column(col)
+    for b in sorted(binds, key=lambda b: (b.workload, b.task)):
+        if b.mig is not None:
+            share = f"MIG {b.mig.profile} @ slot {b.mig.start}"
+        elif b.gpus and b.gpu_milli < 1000:
+            share = f"{b.gpu_milli / 1000:g} GPU, {b.gpu_memory_mib} MiB"
+        elif b.gpus:
+            share = "whole"
+        else:
+            share = "-"
+        t.add_row(b.workload, b.task.split("/", 1)[-1], b.node, ",".join(map(str, b.gpus)) or "-", share,
+                  ",".join(map(str, b.nics)) or "-")
+    console.print(t)
+    if pending:
+        p = Table(title="Pending")
+        p.add_column("workload")
+        p.add_column("why")
+        for item in pending:
+            p.add_row(item.workload, item.message)
+        console.print(p)
+    else:
+        console.print("Nothing pending.")

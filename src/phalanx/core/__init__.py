@@ -1,0 +1,1 @@
+"""The pure scheduling core: no I/O, no Kubernetes, no wall clock."""

@@ -1,0 +1,207 @@
+"""Per-node and per-device free capacity as numpy arrays (struct of arrays).
+
+Filtering and scoring thousands of nodes are vector operations over these arrays;
+only `take`/`give` mutate them, one node at a time, and each mutation stamps the
+node's version so that caches keyed by node state know when to refresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from phalanx.core.mig import GEOMETRIES, MigGeometry, resolve_geometry
+from phalanx.core.model import MILLI, Node
+
+KIND_ABSENT = 0
+KIND_SHARED = 1
+KIND_MIG = 2
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+GEOMETRY_LIST: list[MigGeometry] = list(GEOMETRIES.values())
+_GEOMETRY_ID = {g.model: i for i, g in enumerate(GEOMETRY_LIST)}
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlice:
+    """A MIG instance: profile and start slot on one GPU."""
+
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAssignment:
+    """Which devices of a node a task gets. GPU and NIC entries are array positions."""
+
+    gpus: tuple[int, ...] = ()
+    milli: int = 0
+    gpu_memory_mib: tuple[int, ...] = ()
+    mig: MigSlice | None = None
+    mig_compute: int = 0
+    mig_mask: int = 0
+    nics: tuple[int, ...] = ()
+    whole: bool = False
+
+
+EMPTY_ASSIGNMENT = DeviceAssignment()
+
+
+class ClusterState:
+    """Free capacity of every node and device."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = list(nodes)
+        n = len(self.nodes)
+        g = max((len(x.gpus) for x in self.nodes), default=0) or 1
+        k = max((len(x.nics) for x in self.nodes), default=0) or 1
+        self.max_gpus = g
+        self.max_nics = k
+        self.index = {x.name: i for i, x in enumerate(self.nodes)}
+        self.models: list[str] = sorted({gp.model for x in self.nodes for gp in x.gpus})
+        self.model_id = {m: i for i, m in enumerate(self.models)}
+
+        self.cpu_cap = np.array([x.cpu_milli for x in self.nodes], dtype=np.int64)
+        self.mem_cap = np.array([x.memory_mib for x in self.nodes], dtype=np.int64)
+        self.cpu_free = self.cpu_cap.copy()
+        self.mem_free = self.mem_cap.copy()
+        self.node_ready = np.ones(n, dtype=np.bool_)
+        self.node_version = np.zeros(n, dtype=np.int64)
+        self._stamp = 0
+
+        self.gpu_kind = np.zeros((n, g), dtype=np.int8)
+        self.gpu_model = np.full((n, g), -1, dtype=np.int32)
+        self.gpu_milli_free = np.zeros((n, g), dtype=np.int64)
+        self.gpu_mem_cap = np.zeros((n, g), dtype=np.int64)
+        self.gpu_mem_free = np.zeros((n, g), dtype=np.int64)
+        self.gpu_pcie = np.full((n, g), -1, dtype=np.int32)
+        self.gpu_nvlink = np.full((n, g), -1, dtype=np.int32)
+        self.gpu_numa = np.full((n, g), -1, dtype=np.int32)
+        self.mig_geo = np.full((n, g), -1, dtype=np.int16)
+        self.mig_used = np.zeros((n, g), dtype=np.int64)
+        self.mig_compute = np.zeros((n, g), dtype=np.int64)
+        # static MIG layouts: allowed (profile, start) pairs per GPU position, else dynamic
+        self.mig_static: dict[tuple[int, int], frozenset[tuple[str, int]]] = {}
+
+        self.nic_present = np.zeros((n, k), dtype=np.bool_)
+        self.nic_free = np.zeros((n, k), dtype=np.bool_)
+        self.nic_pcie = np.full((n, k), -1, dtype=np.int32)
+        self.nic_numa = np.full((n, k), -1, dtype=np.int32)
+        self.nic_bw = np.zeros((n, k), dtype=np.float64)
+
+        for i, node in enumerate(self.nodes):
+            for j, gpu in enumerate(node.gpus):
+                self.gpu_model[i, j] = self.model_id[gpu.model]
+                self.gpu_mem_cap[i, j] = gpu.memory_mib
+                self.gpu_pcie[i, j] = gpu.pcie_switch
+                self.gpu_nvlink[i, j] = gpu.nvlink_group
+                self.gpu_numa[i, j] = gpu.numa
+                if gpu.mig_enabled:
+                    geo = resolve_geometry(gpu.model, gpu.memory_mib)
+                    assert geo is not None
+                    self.gpu_kind[i, j] = KIND_MIG
+                    self.mig_geo[i, j] = _GEOMETRY_ID[geo.model]
+                    static = node.mig_instances.get(gpu.index)
+                    if static:
+                        self.mig_static[(i, j)] = frozenset((s.profile, s.start) for s in static)
+                else:
+                    self.gpu_kind[i, j] = KIND_SHARED
+                    self.gpu_milli_free[i, j] = MILLI
+                    self.gpu_mem_free[i, j] = gpu.memory_mib
+            for j, nic in enumerate(node.nics):
+                self.nic_present[i, j] = True
+                self.nic_free[i, j] = True
+                self.nic_pcie[i, j] = nic.pcie_switch
+                self.nic_numa[i, j] = nic.numa
+                self.nic_bw[i, j] = nic.bandwidth_gbps
+
+        self.gpu_count = (self.gpu_kind != KIND_ABSENT).sum(axis=1).astype(np.int64)
+        self.shared_count = (self.gpu_kind == KIND_SHARED).sum(axis=1).astype(np.int64)
+        self.node_model = np.where(self.gpu_count > 0, self.gpu_model[:, 0], -1).astype(np.int32)
+        self.gpu_free_total = np.zeros(n, dtype=np.int64)
+        self.gpu_whole_free = np.zeros(n, dtype=np.int64)
+        for i in range(n):
+            self._refresh(i)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.gpu_count.sum())
+
+    @property
+    def total_shared_milli(self) -> int:
+        return int(self.shared_count.sum()) * MILLI
+
+    def _refresh(self, i: int) -> None:
+        shared = self.gpu_kind[i] == KIND_SHARED
+        free = self.gpu_milli_free[i]
+        self.gpu_free_total[i] = int(free[shared].sum())
+        whole = shared & (free == MILLI) & (self.gpu_mem_free[i] == self.gpu_mem_cap[i])
+        self.gpu_whole_free[i] = int(whole.sum())
+        self._stamp += 1
+        self.node_version[i] = self._stamp
+
+    def take(self, i: int, cpu: int, mem: int, a: DeviceAssignment) -> None:
+        """Charge a task's resources to node `i` (the caller checked that they fit)."""
+        self.cpu_free[i] -= cpu
+        self.mem_free[i] -= mem
+        if a.mig is not None:
+            j = a.gpus[0]
+            self.mig_used[i, j] |= a.mig_mask
+            self.mig_compute[i, j] += a.mig_compute
+        else:
+            for j, gmem in zip(a.gpus, a.gpu_memory_mib, strict=True):
+                self.gpu_milli_free[i, j] -= a.milli
+                self.gpu_mem_free[i, j] -= gmem
+        for j in a.nics:
+            self.nic_free[i, j] = False
+        self._refresh(i)
+
+    def give(self, i: int, cpu: int, mem: int, a: DeviceAssignment) -> None:
+        """Return what `take` charged."""
+        self.cpu_free[i] += cpu
+        self.mem_free[i] += mem
+        if a.mig is not None:
+            j = a.gpus[0]
+            self.mig_used[i, j] &= ~a.mig_mask
+            self.mig_compute[i, j] -= a.mig_compute
+        else:
+            for j, gmem in zip(a.gpus, a.gpu_memory_mib, strict=True):
+                self.gpu_milli_free[i, j] += a.milli
+                self.gpu_mem_free[i, j] += gmem
+        for j in a.nics:
+            self.nic_free[i, j] = True
+        self._refresh(i)
+
+    def set_ready(self, i: int, ready: bool) -> None:
+        self.node_ready[i] = ready
+        self._stamp += 1
+        self.node_version[i] = self._stamp
+
+    def gpu_index(self, i: int, j: int) -> int:
+        """The device index a node reports for GPU array position `j`."""
+        return self.nodes[i].gpus[j].index
+
+    def nic_index(self, i: int, j: int) -> int:
+        return self.nodes[i].nics[j].index
+
+    def geometry(self, i: int, j: int) -> MigGeometry | None:
+        g = int(self.mig_geo[i, j])
+        return GEOMETRY_LIST[g] if g >= 0 else None
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any node or device is over capacity (used by tests)."""
+        assert (self.cpu_free >= 0).all(), "CPU over capacity"
+        assert (self.mem_free >= 0).all(), "memory over capacity"
+        assert (self.gpu_milli_free >= 0).all(), "GPU milli over capacity"
+        assert (self.gpu_mem_free >= 0).all(), "GPU memory over capacity"
+        assert (self.gpu_milli_free <= MILLI).all(), "GPU milli above total"
+        assert (self.mig_compute <= 7).all(), "MIG compute over capacity"
+        assert (self.mig_used < 256).all(), "MIG slots out of range"

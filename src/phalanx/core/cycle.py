@@ -1,0 +1,30 @@
+"""The one entry point both drivers call: snapshot in, decisions out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from phalanx.core.decisions import CycleResult
+from phalanx.core.profile import Profile
+from phalanx.core.session import Session
+from phalanx.core.snapshot import Snapshot
+
+
+def run_cycle(snapshot: Snapshot, profile: Profile, clock: float, rng: np.random.Generator) -> CycleResult:
+    """Run one scheduling cycle.
+
+    1. Open a session over the snapshot with the profile's plugins, the clock and the rng.
+    2. Run the profile's actions in order (allocate, backfill, ...); each works through
+       statements, so a gang is placed whole or not at all.
+    3. Collect the committed operations as Bind / Evict decisions and the Pending reasons.
+    4. Undo everything, leaving `snapshot` as it was: the driver applies the decisions.
+
+    Deterministic: same snapshot, profile, clock and rng state give the same result.
+    """
+    session = Session(snapshot, profile, clock, rng)
+    try:
+        for action in profile.actions:
+            action.execute(session)
+        return session.result()
+    finally:
+        session.close()

@@ -1,0 +1,245 @@
+"""Which devices of one node a task gets: GPUs (whole, fraction, memory, MIG) and RDMA NICs.
+
+Vectorised per-GPU usability lives here too, so filtering and device choice agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from phalanx.core.cluster import (
+    GEOMETRY_LIST,
+    KIND_MIG,
+    KIND_SHARED,
+    BoolArray,
+    ClusterState,
+    DeviceAssignment,
+    IntArray,
+    MigSlice,
+)
+from phalanx.core.mig import MigProfile
+from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest
+
+
+def fraction_memory(milli: int, mem_cap: IntArray | int) -> IntArray | int:
+    """GPU memory charged for a compute fraction (KAI `gpu-fraction` shares memory too)."""
+    return (np.asarray(mem_cap) * milli) // MILLI if isinstance(mem_cap, np.ndarray) else mem_cap * milli // MILLI
+
+
+def memory_milli(mib: int, mem_cap: IntArray) -> IntArray:
+    """Compute share charged for a memory request (KAI `gpu-memory`): ceil(mib / capacity)."""
+    cap = np.maximum(mem_cap, 1)
+    return -((-mib * MILLI) // cap)
+
+
+def model_ok(c: ClusterState, rows: IntArray, models: frozenset[str]) -> BoolArray:
+    """Per-GPU: the GPU's model is one the request allows."""
+    if not models:
+        return c.gpu_kind[rows] != 0
+    ids = [c.model_id[m] for m in models if m in c.model_id]
+    if not ids:
+        return np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
+    return np.isin(c.gpu_model[rows], ids)
+
+
+def gpu_usable(c: ClusterState, rows: IntArray, req: TaskRequest) -> BoolArray:
+    """Per-GPU (rows x max_gpus): could this GPU serve one device of the request right now?"""
+    g = req.gpu
+    kind = c.gpu_kind[rows]
+    ok = model_ok(c, rows, req.gpu_models)
+    if g.kind is GpuKind.WHOLE:
+        mem_free = c.gpu_mem_free[rows]
+        return ok & (kind == KIND_SHARED) & (c.gpu_milli_free[rows] == MILLI) & (mem_free == c.gpu_mem_cap[rows])
+    if g.kind is GpuKind.FRACTION:
+        need_mem = (c.gpu_mem_cap[rows] * g.milli) // MILLI
+        return ok & (kind == KIND_SHARED) & (c.gpu_milli_free[rows] >= g.milli) & (c.gpu_mem_free[rows] >= need_mem)
+    if g.kind is GpuKind.MEMORY:
+        need_milli = memory_milli(g.memory_mib, c.gpu_mem_cap[rows])
+        return ok & (kind == KIND_SHARED) & (c.gpu_mem_free[rows] >= g.memory_mib) & (c.gpu_milli_free[rows] >= need_milli)
+    if g.kind is GpuKind.MIG:
+        out = ok & (kind == KIND_MIG)
+        for r, j in zip(*np.nonzero(out), strict=True):
+            out[r, j] = bool(mig_starts(c, int(rows[r]), int(j), g.mig_profile))
+        return out
+    return np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
+
+
+def mig_profile_of(c: ClusterState, i: int, j: int, name: str) -> MigProfile | None:
+    geo_id = int(c.mig_geo[i, j])
+    if geo_id < 0:
+        return None
+    return GEOMETRY_LIST[geo_id].profiles.get(name)
+
+
+def mig_starts(c: ClusterState, i: int, j: int, name: str) -> list[int]:
+    """Free valid starts of MIG profile `name` on GPU (i, j)."""
+    prof = mig_profile_of(c, i, j, name)
+    if prof is None:
+        return []
+    geo = GEOMETRY_LIST[int(c.mig_geo[i, j])]
+    starts = geo.free_starts(prof, int(c.mig_used[i, j]), int(c.mig_compute[i, j]))
+    static = c.mig_static.get((i, j))
+    if static is not None:
+        starts = [s for s in starts if (prof.name, s) in static]
+    return starts
+
+
+def _mig_room(c: ClusterState, i: int, j: int, used: int, compute: int) -> int:
+    """How many placements (weighted by size) remain open on a MIG GPU; higher keeps more options."""
+    geo = GEOMETRY_LIST[int(c.mig_geo[i, j])]
+    static = c.mig_static.get((i, j))
+    room = 0
+    for prof in geo.profiles.values():
+        for s in geo.free_starts(prof, used, compute):
+            if static is None or (prof.name, s) in static:
+                room += prof.slots
+    return room
+
+
+def choose_mig(c: ClusterState, i: int, usable: BoolArray, name: str) -> DeviceAssignment | None:
+    """Fullest usable MIG GPU first; on it, the start that keeps the most larger placements open."""
+    best: tuple[tuple[int, int, int], int, MigProfile, int] | None = None
+    for j in np.nonzero(usable)[0]:
+        j = int(j)
+        prof = mig_profile_of(c, i, j, name)
+        if prof is None:
+            continue
+        used = int(c.mig_used[i, j])
+        comp = int(c.mig_compute[i, j])
+        for s in mig_starts(c, i, j, name):
+            room = _mig_room(c, i, j, used | prof.slot_mask(s), comp + prof.compute)
+            key = (-comp, -room, j)
+            if best is None or key < best[0]:
+                best = (key, j, prof, s)
+    if best is None:
+        return None
+    _, j, prof, s = best
+    return DeviceAssignment(gpus=(j,), mig=MigSlice(prof.name, s), mig_compute=prof.compute,
+                            mig_mask=prof.slot_mask(s))
+
+
+def _group_pick(positions: Sequence[int], keys: Sequence[int], d: int) -> list[int] | None:
+    """Smallest group (by key) holding at least `d` of `positions`; lowest positions within it."""
+    groups: dict[int, list[int]] = {}
+    for p, k in zip(positions, keys, strict=True):
+        groups.setdefault(k, []).append(p)
+    fitting = [g for g in groups.values() if len(g) >= d]
+    if not fitting:
+        return None
+    fitting.sort(key=lambda g: (len(g), g[0]))
+    return fitting[0][:d]
+
+
+def choose_whole(c: ClusterState, i: int, usable: BoolArray, d: int, prefer_pcie: Sequence[int] = ()) -> list[int]:
+    """d free GPUs, packed into one PCIe switch, else one NVLink group, else the fewest groups."""
+    pos = [int(j) for j in np.nonzero(usable)[0]]
+    if len(pos) <= d:
+        return pos[:d]
+    pcie = [int(c.gpu_pcie[i, j]) for j in pos]
+    if prefer_pcie:
+        preferred = [p for p, k in zip(pos, pcie, strict=True) if k in prefer_pcie]
+        pick = _group_pick(preferred, [int(c.gpu_pcie[i, j]) for j in preferred], d)
+        if pick is not None:
+            return pick
+    for keys in (pcie, [int(c.gpu_nvlink[i, j]) for j in pos]):
+        pick = _group_pick(pos, keys, d)
+        if pick is not None:
+            return pick
+    # spread over the fewest NVLink groups: largest groups first
+    groups: dict[int, list[int]] = {}
+    for j in pos:
+        groups.setdefault(int(c.gpu_nvlink[i, j]), []).append(j)
+    out: list[int] = []
+    for g in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
+        out.extend(g[: d - len(out)])
+        if len(out) == d:
+            break
+    return sorted(out)
+
+
+def choose_best_fit(c: ClusterState, i: int, usable: BoolArray, d: int, by_memory: bool = False) -> list[int]:
+    """The d usable GPUs with the least free capacity (first index on ties): fills holes first."""
+    pos = np.nonzero(usable)[0]
+    free = c.gpu_mem_free[i, pos] if by_memory else c.gpu_milli_free[i, pos]
+    order = np.lexsort((pos, free))
+    return [int(pos[k]) for k in order[:d]]
+
+
+def charge(c: ClusterState, i: int, gpus: Sequence[int], g: GpuRequest) -> DeviceAssignment:
+    """The assignment for chosen GPU positions: milli and memory per device."""
+    gl = tuple(gpus)
+    if g.kind is GpuKind.WHOLE:
+        return DeviceAssignment(gpus=gl, milli=MILLI, gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) for j in gl),
+                                whole=True)
+    if g.kind is GpuKind.FRACTION:
+        return DeviceAssignment(gpus=gl, milli=g.milli,
+                                gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) * g.milli // MILLI for j in gl))
+    if g.kind is GpuKind.MEMORY:
+        caps = c.gpu_mem_cap[i, list(gl)]
+        milli = int(memory_milli(g.memory_mib, caps).max()) if len(gl) else 0
+        return DeviceAssignment(gpus=gl, milli=milli, gpu_memory_mib=(g.memory_mib,) * len(gl))
+    raise ValueError(f"charge() does not handle {g.kind}")
+
+
+def choose_nics(c: ClusterState, i: int, gpus: Sequence[int], req: TaskRequest) -> tuple[int, ...] | None:
+    """RDMA NICs on the chosen GPUs' PCIe switches first, then their NUMA nodes, then any."""
+    want = req.rdma_nics
+    if want == 0:
+        return ()
+    free = [int(k) for k in np.nonzero(c.nic_free[i])[0]]
+    switches = {int(c.gpu_pcie[i, j]) for j in gpus}
+    numas = {int(c.gpu_numa[i, j]) for j in gpus}
+    same = [k for k in free if int(c.nic_pcie[i, k]) in switches]
+    if req.nic_same_pcie and gpus:
+        return tuple(same[:want]) if len(same) >= want else None
+    near = [k for k in free if k not in same and int(c.nic_numa[i, k]) in numas]
+    rest = [k for k in free if k not in same and k not in near]
+    ordered = same + near + rest
+    return tuple(ordered[:want]) if len(ordered) >= want else None
+
+
+def nic_switches(c: ClusterState, i: int, want: int) -> list[int]:
+    """PCIe switches of node i with at least `want` free NICs."""
+    counts: dict[int, int] = {}
+    for k in np.nonzero(c.nic_free[i])[0]:
+        s = int(c.nic_pcie[i, k])
+        counts[s] = counts.get(s, 0) + 1
+    return sorted(s for s, n in counts.items() if n >= want)
+
+
+def default_assignment(
+    c: ClusterState, i: int, usable: BoolArray, req: TaskRequest, gpu_choice: Sequence[int] | None = None
+) -> DeviceAssignment | None:
+    """Pick devices on node i: topology-aware for whole GPUs, best fit for shares, NICs beside the GPUs."""
+    g = req.gpu
+    if req.rdma_nics and req.nic_same_pcie and g.kind is not GpuKind.NONE:
+        usable = usable & np.isin(c.gpu_pcie[i], nic_switches(c, i, 1))
+    if g.kind is GpuKind.NONE:
+        gpus: list[int] = []
+        base = DeviceAssignment()
+    elif g.kind is GpuKind.MIG:
+        mig = choose_mig(c, i, usable, g.mig_profile)
+        if mig is None:
+            return None
+        gpus = list(mig.gpus)
+        base = mig
+    else:
+        if gpu_choice is not None:
+            gpus = list(gpu_choice)
+        elif g.kind is GpuKind.WHOLE:
+            prefer = nic_switches(c, i, req.rdma_nics) if req.rdma_nics else []
+            gpus = choose_whole(c, i, usable, g.devices, prefer)
+        else:
+            gpus = choose_best_fit(c, i, usable, g.devices, by_memory=g.kind is GpuKind.MEMORY)
+        if len(gpus) < g.devices:
+            return None
+        base = charge(c, i, gpus, g)
+    nics = choose_nics(c, i, gpus, req)
+    if nics is None:
+        return None
+    if not nics:
+        return base
+    return DeviceAssignment(gpus=base.gpus, milli=base.milli, gpu_memory_mib=base.gpu_memory_mib, mig=base.mig,
+                            mig_compute=base.mig_compute, mig_mask=base.mig_mask, nics=nics, whole=base.whole)

@@ -1,0 +1,94 @@
+"""Typed extension points. Each says how the answers of several plugins combine.
+
+- WorkloadOrder: lexicographic, in profile order; ties end with (creation time, name).
+- NodeFilter: intersection (a node survives only if every filter keeps it).
+- NodeScorer: weighted sum of scores over the candidate nodes.
+- DeviceSelector: the profile names one; the default picks topology-aware / best-fit devices.
+- GangPlanner: the profile names one; it proposes node sets (topology domains) to try in order.
+- Action: run in profile order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from phalanx.core.cluster import BoolArray, DeviceAssignment
+from phalanx.core.feasibility import Candidates
+from phalanx.core.model import Task, TaskRequest
+from phalanx.core.snapshot import WorkloadEntry
+
+if TYPE_CHECKING:
+    from phalanx.core.session import Session
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementContext:
+    """One task being placed: its effective request and the nodes that can host it."""
+
+    session: Session
+    task: Task
+    request: TaskRequest
+    candidates: Candidates
+
+
+class WorkloadOrder(Protocol):
+    name: str
+
+    def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]: ...
+
+
+class NodeFilter(Protocol):
+    name: str
+
+    def keep(self, ctx: PlacementContext) -> BoolArray:
+        """Mask over `ctx.candidates` of nodes to keep."""
+        ...
+
+    def reason(self) -> str: ...
+
+
+class NodeScorer(Protocol):
+    name: str
+
+    def score(self, ctx: PlacementContext) -> FloatArray:
+        """One score per candidate node; higher is better."""
+        ...
+
+
+class DeviceSelector(Protocol):
+    name: str
+
+    def select(self, ctx: PlacementContext, k: int) -> DeviceAssignment | None:
+        """Devices for candidate `k` (a position in `ctx.candidates`), or None if it cannot host the task."""
+        ...
+
+
+class GangPlanner(Protocol):
+    name: str
+
+    def domains(self, session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Iterator[Domain]:
+        """Node sets to try, best first. Stop when a gang fits in one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """A set of nodes to place a gang in; `mask` None means the whole cluster."""
+
+    level: str
+    label: str
+    mask: BoolArray | None
+    required: bool = False
+
+
+class Action(Protocol):
+    name: str
+
+    def execute(self, session: Session) -> None: ...

@@ -1,0 +1,117 @@
+"""Which nodes can host a task now, as vector operations; and, when none can, why.
+
+Reasons follow kube-scheduler's convention: each node is counted once, under the
+first check it fails, and the message names the plugin and the node count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, IntArray
+from phalanx.core.decisions import Reason
+from phalanx.core.devices import default_assignment, gpu_usable, model_ok
+from phalanx.core.model import GpuKind, TaskRequest
+from phalanx.core.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """Nodes that can host the task, with per-GPU usability rows aligned to them."""
+
+    nodes: IntArray
+    usable: BoolArray
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
+    c = s.cluster
+    m = c.node_ready & (c.cpu_free >= req.cpu_milli) & (c.mem_free >= req.memory_mib)
+    if req.node_selector or s.has_taints:
+        m &= s.static_mask(req)
+    g = req.gpu
+    if g.kind is GpuKind.WHOLE:
+        m &= c.gpu_whole_free >= g.devices
+    elif g.kind is GpuKind.FRACTION:
+        m &= c.gpu_free_total >= g.milli * g.devices
+    elif g.kind is GpuKind.MEMORY:
+        m &= c.shared_count >= g.devices
+    elif g.kind is GpuKind.MIG:
+        m &= (c.gpu_kind == KIND_MIG).any(axis=1)
+    if req.rdma_nics:
+        m &= c.nic_free.sum(axis=1) >= req.rdma_nics
+    return m
+
+
+def find_candidates(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> Candidates:
+    """All nodes (optionally within `restrict`) where the task fits now."""
+    m = _prefilter(s, req)
+    if restrict is not None:
+        m &= restrict
+    rows = np.nonzero(m)[0]
+    c = s.cluster
+    if req.gpu.kind is GpuKind.NONE:
+        usable = np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
+    else:
+        usable = gpu_usable(c, rows, req)
+        keep = usable.sum(axis=1) >= req.gpu.devices
+        rows, usable = rows[keep], usable[keep]
+    if req.rdma_nics and len(rows):
+        keep = np.array([default_assignment(c, int(i), usable[k], req) is not None for k, i in enumerate(rows)],
+                        dtype=np.bool_)
+        rows, usable = rows[keep], usable[keep]
+    return Candidates(rows, usable)
+
+
+def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> list[Reason]:
+    """Count nodes under the first check they fail, in a fixed order."""
+    c = s.cluster
+    n = len(c)
+    alive = np.ones(n, dtype=np.bool_) if restrict is None else restrict.copy()
+    reasons: list[Reason] = []
+    if restrict is not None and (~restrict).any():
+        reasons.append(Reason("topology", "outside the chosen topology domain", int((~restrict).sum())))
+
+    def step(ok: BoolArray, plugin: str, message: str) -> None:
+        nonlocal alive
+        bad = alive & ~ok
+        count = int(bad.sum())
+        if count:
+            reasons.append(Reason(plugin, message, count))
+        alive = alive & ok
+
+    step(c.node_ready, "nodeready", "node not ready")
+    if req.node_selector:
+        step(s.selector_mask(req), "nodeaffinity", "node selector does not match")
+    step(s.static_mask(req) | ~s.selector_mask(req), "tainttoleration", "taint not tolerated")
+    step(c.cpu_free >= req.cpu_milli, "resources", "insufficient CPU")
+    step(c.mem_free >= req.memory_mib, "resources", "insufficient memory")
+    g = req.gpu
+    if g.kind is not GpuKind.NONE:
+        all_rows = np.arange(n)
+        if req.gpu_models:
+            has_model = model_ok(c, all_rows, req.gpu_models).any(axis=1)
+            step(has_model, "gpumodel", f"GPU model not in {'|'.join(sorted(req.gpu_models))}")
+        if g.kind is GpuKind.MIG:
+            has_mig = (c.gpu_kind == KIND_MIG).any(axis=1)
+            step(has_mig, "gpu", "no MIG-enabled GPU")
+            step(gpu_usable(c, all_rows, req).any(axis=1), "gpu", f"no free MIG slot for {g.mig_profile}")
+        else:
+            has_shared = (c.gpu_kind == KIND_SHARED).sum(axis=1) >= g.devices
+            step(has_shared, "gpu", "not enough GPUs")
+            ok = gpu_usable(c, all_rows, req).sum(axis=1) >= g.devices
+            what = {"whole": "free GPU", "fraction": "GPU share", "memory": "GPU memory"}.get(g.kind.value, "GPU")
+            step(ok, "gpu", f"insufficient {what} ({g.describe()})")
+    if req.rdma_nics:
+        step(c.nic_free.sum(axis=1) >= req.rdma_nics, "rdma", f"fewer than {req.rdma_nics} free RDMA NIC(s)")
+        rows = np.nonzero(alive)[0]
+        if len(rows):
+            cand = find_candidates(s, req, alive)
+            ok = np.zeros(n, dtype=np.bool_)
+            ok[cand.nodes] = True
+            step(ok, "rdma", "no free NIC on the GPUs' PCIe switch" if req.nic_same_pcie else "NICs do not fit")
+    return reasons

@@ -1,0 +1,385 @@
+"""The cluster and workload model: plain, immutable, validated values.
+
+Snapshots are built from these; the hot per-cycle state lives in numpy arrays
+(`phalanx.core.cluster`), not here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from phalanx.core.errors import SpecError
+from phalanx.core.mig import GEOMETRIES, TOTAL_COMPUTE, TOTAL_SLOTS, resolve_geometry
+
+MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG instance that already exists on a GPU (pre-partitioned)."""
+
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU device of a node."""
+
+    index: int
+    model: str
+    memory_mib: int
+    numa: int = 0
+    pcie_switch: int = 0
+    nvlink_group: int = 0
+    mig_enabled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.index < 0:
+            raise SpecError("index", f"GPU index must be >= 0, got {self.index}")
+        if not self.model:
+            raise SpecError("model", "GPU model must not be empty")
+        if self.memory_mib <= 0:
+            raise SpecError("memory_mib", f"GPU memory must be > 0 MiB, got {self.memory_mib}")
+        if self.mig_enabled and resolve_geometry(self.model, self.memory_mib) is None:
+            raise SpecError("mig_enabled", f"GPU model {self.model!r} has no known MIG geometry")
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """One RDMA (RoCE/InfiniBand) NIC of a node."""
+
+    index: int
+    numa: int = 0
+    pcie_switch: int = 0
+    bandwidth_gbps: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.index < 0:
+            raise SpecError("index", f"NIC index must be >= 0, got {self.index}")
+        if self.bandwidth_gbps <= 0:
+            raise SpecError("bandwidth_gbps", f"NIC bandwidth must be > 0, got {self.bandwidth_gbps}")
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes toleration semantics: Exists matches any value; empty key with Exists matches all."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise SpecError("operator", f"toleration operator must be Equal or Exists, got {self.operator!r}")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine: allocatable CPU/memory, labels, taints, topology path and devices."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[Gpu, ...] = ()
+    nics: tuple[Nic, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    topology: Mapping[str, str] = field(default_factory=dict)
+    datasets: Mapping[str, int] = field(default_factory=dict)
+    mig_instances: Mapping[int, tuple[MigInstance, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("name", "node name must not be empty")
+        if self.cpu_milli < 0:
+            raise SpecError("cpu_milli", f"CPU must be >= 0, got {self.cpu_milli}")
+        if self.memory_mib < 0:
+            raise SpecError("memory_mib", f"memory must be >= 0, got {self.memory_mib}")
+        seen: set[int] = set()
+        for i, g in enumerate(self.gpus):
+            if g.index in seen:
+                raise SpecError(f"gpus[{i}].index", f"duplicate GPU index {g.index}")
+            seen.add(g.index)
+        nic_seen: set[int] = set()
+        for i, n in enumerate(self.nics):
+            if n.index in nic_seen:
+                raise SpecError(f"nics[{i}].index", f"duplicate NIC index {n.index}")
+            nic_seen.add(n.index)
+        for name, size in self.datasets.items():
+            if size < 0:
+                raise SpecError(f"datasets.{name}", f"cached bytes must be >= 0, got {size}")
+
+    @property
+    def gpu_model(self) -> str:
+        return self.gpus[0].model if self.gpus else ""
+
+
+class GpuKind(Enum):
+    NONE = "none"
+    WHOLE = "whole"
+    FRACTION = "fraction"
+    MEMORY = "memory"
+    MIG = "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What one task asks of GPUs.
+
+    - WHOLE: `devices` whole GPUs.
+    - FRACTION: `devices` distinct GPUs, each giving `milli` thousandths of its compute
+      and the same share of its memory (KAI `gpu-fraction`).
+    - MEMORY: `devices` distinct GPUs, each giving `memory_mib` of memory and the matching
+      share of compute (KAI `gpu-memory`).
+    - MIG: one instance of `mig_profile`.
+    """
+
+    kind: GpuKind = GpuKind.NONE
+    devices: int = 0
+    milli: int = 0
+    memory_mib: int = 0
+    mig_profile: str = ""
+
+    def __post_init__(self) -> None:
+        k = self.kind
+        if k is GpuKind.NONE:
+            return
+        if k is not GpuKind.MIG and self.devices < 1:
+            raise SpecError("gpu.devices", f"GPU device count must be >= 1, got {self.devices}")
+        if k is GpuKind.FRACTION and not 0 < self.milli < MILLI:
+            raise SpecError(
+                "gpu.fraction",
+                f"a GPU fraction must be in (0, 1); got {self.milli / MILLI:g} (use whole GPUs for 1 or more)",
+            )
+        if k is GpuKind.MEMORY and self.memory_mib <= 0:
+            raise SpecError("gpu.memory_mib", f"GPU memory request must be > 0 MiB, got {self.memory_mib}")
+        if k is GpuKind.MIG:
+            if not self.mig_profile:
+                raise SpecError("gpu.mig_profile", "MIG request needs a profile name such as 1g.10gb")
+            known = sorted({p for g in GEOMETRIES.values() for p in g.profiles})
+            if self.mig_profile not in known:
+                raise SpecError("gpu.mig_profile", f"unknown MIG profile {self.mig_profile!r} (known: {', '.join(known)})")
+
+    @staticmethod
+    def none() -> GpuRequest:
+        return GpuRequest()
+
+    @staticmethod
+    def whole(count: int) -> GpuRequest:
+        return GpuRequest(GpuKind.WHOLE, devices=count, milli=MILLI)
+
+    @staticmethod
+    def fraction(share: float, devices: int = 1) -> GpuRequest:
+        milli = round(share * MILLI)
+        if share > 0 and milli == 0:
+            raise SpecError("gpu.fraction", f"GPU fraction {share:g} is below 0.001")
+        return GpuRequest(GpuKind.FRACTION, devices=devices, milli=milli)
+
+    @staticmethod
+    def of_milli(milli: int, devices: int = 1) -> GpuRequest:
+        """Milli-GPU per device: 1000 or more means whole GPUs (`milli` must then be 1000)."""
+        if milli == MILLI:
+            return GpuRequest.whole(devices)
+        return GpuRequest(GpuKind.FRACTION, devices=devices, milli=milli)
+
+    @staticmethod
+    def memory(mib: int, devices: int = 1) -> GpuRequest:
+        return GpuRequest(GpuKind.MEMORY, devices=devices, memory_mib=mib)
+
+    @staticmethod
+    def mig(profile: str) -> GpuRequest:
+        return GpuRequest(GpuKind.MIG, devices=1, mig_profile=profile)
+
+    @property
+    def total_milli(self) -> int:
+        """GPU demand in milli-GPU, as accounted by the FGD artifact (memory requests: unknown, 0)."""
+        if self.kind in (GpuKind.WHOLE, GpuKind.FRACTION):
+            return self.devices * self.milli
+        return 0
+
+    def describe(self) -> str:
+        k = self.kind
+        if k is GpuKind.NONE:
+            return "-"
+        if k is GpuKind.WHOLE:
+            return f"{self.devices} GPU"
+        if k is GpuKind.FRACTION:
+            return f"{self.devices}x{self.milli / MILLI:g} GPU"
+        if k is GpuKind.MEMORY:
+            return f"{self.devices}x{self.memory_mib}MiB GPU"
+        return f"MIG {self.mig_profile}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """Resources and constraints of one task (pod)."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu: GpuRequest = field(default_factory=GpuRequest)
+    gpu_models: frozenset[str] = frozenset()
+    rdma_nics: int = 0
+    nic_same_pcie: bool = False
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    dataset: str = ""
+
+    def __post_init__(self) -> None:
+        if self.cpu_milli < 0:
+            raise SpecError("cpu_milli", f"CPU request must be >= 0, got {self.cpu_milli}")
+        if self.memory_mib < 0:
+            raise SpecError("memory_mib", f"memory request must be >= 0, got {self.memory_mib}")
+        if self.rdma_nics < 0:
+            raise SpecError("rdma_nics", f"RDMA NIC count must be >= 0, got {self.rdma_nics}")
+        if self.gpu.kind is GpuKind.MIG and self.gpu.devices != 1:
+            raise SpecError("gpu.devices", "a MIG request takes exactly one instance")
+
+    @property
+    def shape_key(self) -> tuple[object, ...]:
+        """Identity of the request for caching and task-type statistics."""
+        return (
+            self.cpu_milli,
+            self.memory_mib,
+            self.gpu,
+            self.gpu_models,
+            self.rdma_nics,
+            self.nic_same_pcie,
+            tuple(sorted(self.node_selector.items())),
+            self.tolerations,
+            self.dataset,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """A group of identical tasks inside a workload."""
+
+    name: str
+    count: int
+    request: TaskRequest
+    task_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("name", "pod set name must not be empty")
+        if self.count < 1:
+            raise SpecError("count", f"pod set count must be >= 1, got {self.count}")
+        if self.task_names and len(self.task_names) != self.count:
+            raise SpecError("task_names", f"{len(self.task_names)} task names for {self.count} tasks")
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Keep a gang inside one domain of `level` (required) or prefer it (preferred)."""
+
+    level: str
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A gang: the unit of admission, preemption and fairness."""
+
+    name: str
+    podsets: tuple[PodSet, ...]
+    min_available: int = 0
+    queue: str = "default"
+    priority: int = 0
+    preemptible: bool = True
+    creation_time: float = 0.0
+    topology: TopologyConstraint | None = None
+    max_available: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("name", "workload name must not be empty")
+        if not self.podsets:
+            raise SpecError("podsets", "a workload needs at least one pod set")
+        names = [p.name for p in self.podsets]
+        if len(set(names)) != len(names):
+            raise SpecError("podsets", f"duplicate pod set names in {names}")
+        total = self.total_tasks
+        if self.min_available < 0:
+            raise SpecError("min_available", f"min_available must be >= 0, got {self.min_available}")
+        if self.min_available > total:
+            raise SpecError(
+                "min_available", f"min_available {self.min_available} is larger than the {total} tasks of the workload"
+            )
+        if math.isnan(self.creation_time):
+            raise SpecError("creation_time", "creation time must be a number")
+
+    @property
+    def total_tasks(self) -> int:
+        return sum(p.count for p in self.podsets)
+
+    @property
+    def gang_size(self) -> int:
+        """Tasks that must be placed together: `min_available`, or all tasks when unset."""
+        return self.min_available or self.total_tasks
+
+    def tasks(self) -> list[Task]:
+        out: list[Task] = []
+        for ps in self.podsets:
+            for i in range(ps.count):
+                name = ps.task_names[i] if ps.task_names else f"{self.name}/{ps.name}-{i}"
+                out.append(Task(name=name, workload=self.name, podset=ps.name, ordinal=i, request=ps.request))
+        return out
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return sum(p.count * p.request.gpu.total_milli for p in self.podsets)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One pod to place."""
+
+    name: str
+    workload: str
+    podset: str
+    ordinal: int
+    request: TaskRequest
+
+
+def validate_mig_layout(node: Node) -> None:
+    """Pre-existing MIG instances must sit on MIG GPUs, at valid starts, without overlap."""
+    by_index = {g.index: g for g in node.gpus}
+    for gi, instances in node.mig_instances.items():
+        where = f"mig_instances[{gi}]"
+        gpu = by_index.get(gi)
+        if gpu is None or not gpu.mig_enabled:
+            raise SpecError(where, f"GPU {gi} is not a MIG-enabled GPU of node {node.name}")
+        geo = resolve_geometry(gpu.model, gpu.memory_mib)
+        assert geo is not None
+        used = 0
+        compute = 0
+        for inst in instances:
+            prof = geo.profile(inst.profile)
+            if inst.start not in prof.starts:
+                raise SpecError(where, f"{inst.profile} cannot start at slot {inst.start} (valid: {prof.starts})")
+            mask = prof.slot_mask(inst.start)
+            if used & mask:
+                raise SpecError(where, f"{inst.profile} at slot {inst.start} overlaps another instance")
+            used |= mask
+            compute += prof.compute
+        if compute > TOTAL_COMPUTE or used >= (1 << TOTAL_SLOTS):
+            raise SpecError(where, "MIG instances exceed the GPU's compute or memory slices")

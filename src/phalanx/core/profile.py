@@ -1,0 +1,28 @@
+"""A compiled profile: ordered actions and the plugins at each extension point.
+
+Profiles are written as YAML data (see `phalanx.profiles`); this is what that data
+compiles to. The core only calls these objects through their protocols.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from phalanx.core.extension import Action, DeviceSelector, GangPlanner, NodeFilter, NodeScorer, WorkloadOrder
+
+TieBreak = Literal["random", "name"]
+
+
+@dataclass(slots=True)
+class Profile:
+    name: str
+    actions: list[Action]
+    scorers: list[tuple[NodeScorer, float]] = field(default_factory=list)
+    filters: list[NodeFilter] = field(default_factory=list)
+    order: list[WorkloadOrder] = field(default_factory=list)
+    device_selector: DeviceSelector | None = None
+    gang_planner: GangPlanner | None = None
+    tie_break: TieBreak = "random"
+    gpu_sharing: bool = True
+    description: str = ""

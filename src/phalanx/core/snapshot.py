@@ -1,0 +1,333 @@
+"""Everything one cycle sees, built from plain lists; no I/O behind it.
+
+A driver (the simulator or the Kubernetes adapter) keeps one Snapshot as its cache
+and updates it between cycles with `add_workload`, `apply`, `release` and friends.
+`run_cycle` leaves it exactly as it found it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phalanx.core.cluster import BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
+from phalanx.core.decisions import Bind, CycleResult, Evict
+from phalanx.core.errors import SpecError
+from phalanx.core.mig import resolve_geometry
+from phalanx.core.model import Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A task running on a node with its devices."""
+
+    task: Task
+    node: int
+    devices: DeviceAssignment
+    cpu_milli: int
+    memory_mib: int
+    since: float = 0.0
+
+
+@dataclass(slots=True)
+class WorkloadEntry:
+    """A workload and which of its tasks are bound."""
+
+    workload: Workload
+    tasks: list[Task]
+    bound: dict[str, Allocation] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def unbound(self) -> list[Task]:
+        return [t for t in self.tasks if t.name not in self.bound]
+
+    @property
+    def is_ready(self) -> bool:
+        """All `min_available` tasks are running, so the gang can make progress."""
+        return len(self.bound) >= self.workload.gang_size
+
+    @property
+    def is_complete(self) -> bool:
+        return len(self.bound) == len(self.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignUsage:
+    """Capacity used on a node by something Phalanx does not schedule (other schedulers' pods)."""
+
+    node: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: tuple[int, ...] = ()
+    gpu_milli: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    """One kind of task and how common it is; FGD measures fragmentation against these."""
+
+    request: TaskRequest
+    weight: float
+
+
+class Snapshot:
+    """Cluster state plus the workloads to schedule."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        workloads: Iterable[Workload] = (),
+        *,
+        topology_levels: Sequence[str] = (),
+        datasets: Mapping[str, int] | None = None,
+        task_types: Sequence[TaskType] | None = None,
+    ) -> None:
+        ordered = sorted(nodes, key=lambda x: x.name)
+        names = [x.name for x in ordered]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"nodes.{dup}", "duplicate node name")
+        for node in ordered:
+            try:
+                validate_mig_layout(node)
+            except SpecError as e:
+                raise e.located(f"nodes.{node.name}") from None
+        self.cluster = ClusterState(ordered)
+        self.has_taints = any(t.effect in ("NoSchedule", "NoExecute") for n in ordered for t in n.taints)
+        self.topology_levels: tuple[str, ...] = tuple(topology_levels)
+        self.datasets: dict[str, int] = dict(datasets or {})
+        self.task_types: tuple[TaskType, ...] | None = tuple(task_types) if task_types is not None else None
+        self.workloads: dict[str, WorkloadEntry] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self._tasks: dict[str, tuple[WorkloadEntry, Task]] = {}
+        self.on_node: list[dict[str, Allocation]] = [{} for _ in ordered]
+        self._static_masks: dict[tuple[object, ...], BoolArray] = {}
+        self._domains: dict[str, IntArray] = {}
+        for w in workloads:
+            self.add_workload(w)
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def nodes(self) -> list[Node]:
+        return self.cluster.nodes
+
+    def node_index(self, name: str) -> int:
+        try:
+            return self.cluster.index[name]
+        except KeyError:
+            raise SpecError(f"node {name!r}", "no such node in the cluster") from None
+
+    def pending_workloads(self) -> list[WorkloadEntry]:
+        return [e for e in self.workloads.values() if len(e.bound) < len(e.tasks)]
+
+    def static_mask(self, request: TaskRequest) -> BoolArray:
+        """Nodes whose labels and taints admit the request (labels and taints never change in a snapshot)."""
+        key = (tuple(sorted(request.node_selector.items())), request.tolerations)
+        mask = self._static_masks.get(key)
+        if mask is None:
+            mask = np.array(
+                [_selector_matches(n, request.node_selector) and _tolerated(n, request.tolerations) for n in self.nodes],
+                dtype=np.bool_,
+            )
+            self._static_masks[key] = mask
+        return mask
+
+    def selector_mask(self, request: TaskRequest) -> BoolArray:
+        key = ("selector", tuple(sorted(request.node_selector.items())))
+        mask = self._static_masks.get(key)
+        if mask is None:
+            mask = np.array([_selector_matches(n, request.node_selector) for n in self.nodes], dtype=np.bool_)
+            self._static_masks[key] = mask
+        return mask
+
+    def domains(self, level: str) -> IntArray:
+        """Domain id of every node at a topology level; nodes without the level get their own domain."""
+        arr = self._domains.get(level)
+        if arr is None:
+            ids: dict[str, int] = {}
+            out = np.empty(len(self.nodes), dtype=np.int64)
+            for i, node in enumerate(self.nodes):
+                value = node.name if level in ("node", "hostname") else node.topology.get(level)
+                key = value if value is not None else f"\0{node.name}"
+                out[i] = ids.setdefault(key, len(ids))
+            arr = out
+            self._domains[level] = arr
+        return arr
+
+    def dataset_fraction(self, dataset: str) -> np.ndarray:
+        """Fraction of `dataset` cached on each node (0 when unknown)."""
+        key = ("dataset", dataset)
+        cached = self._static_masks.get(key)
+        if cached is not None:
+            return cached
+        size = self.datasets.get(dataset, 0)
+        values = [n.datasets.get(dataset, 0) for n in self.nodes]
+        if size <= 0:
+            size = max(values, default=0)
+        frac = np.array([min(1.0, v / size) if size > 0 else 0.0 for v in values], dtype=np.float64)
+        self._static_masks[key] = frac  # type: ignore[assignment]
+        return frac
+
+    # ----------------------------------------------------------------- driver-side updates
+    def add_workload(self, workload: Workload) -> WorkloadEntry:
+        if workload.name in self.workloads:
+            raise SpecError(f"workload {workload.name!r}", "a workload with this name already exists")
+        topo = workload.topology
+        if topo is not None and topo.level not in ("node", "hostname", *self.topology_levels):
+            levels = ", ".join(("node", *self.topology_levels))
+            raise SpecError(f"workload {workload.name!r}.topology.level",
+                            f"unknown topology level {topo.level!r} (this cluster has: {levels})")
+        tasks = workload.tasks()
+        for t in tasks:
+            if t.name in self._tasks:
+                raise SpecError(f"workload {workload.name!r}", f"task name {t.name!r} is already in use")
+            self._check_request(t)
+        entry = WorkloadEntry(workload, tasks)
+        self.workloads[workload.name] = entry
+        for t in tasks:
+            self._tasks[t.name] = (entry, t)
+        return entry
+
+    def remove_workload(self, name: str) -> None:
+        """Forget a workload, releasing whatever it still holds."""
+        entry = self.workloads.pop(name, None)
+        if entry is None:
+            return
+        for alloc in list(entry.bound.values()):
+            self._unbind(alloc, entry)
+        for t in entry.tasks:
+            self._tasks.pop(t.name, None)
+
+    def release(self, task_name: str) -> None:
+        """A task finished or was evicted by the driver: free its resources."""
+        alloc = self.allocations.get(task_name)
+        if alloc is None:
+            return
+        self._unbind(alloc, self.workloads[alloc.task.workload])
+
+    def bind_existing(
+        self,
+        task_name: str,
+        node: str,
+        devices: DeviceAssignment,
+        since: float = 0.0,
+    ) -> None:
+        """Record a task that already runs (e.g. rebuilt from pod annotations at start-up)."""
+        entry, task = self._find_task(task_name)
+        i = self.node_index(node)
+        self._bind(Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since), entry)
+
+    def add_foreign(self, usage: ForeignUsage) -> None:
+        """Count capacity used by pods of other schedulers."""
+        i = self.node_index(usage.node)
+        c = self.cluster
+        positions = tuple(j for j, g in enumerate(self.nodes[i].gpus) if g.index in usage.gpus)
+        mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
+        c.take(i, usage.cpu_milli, usage.memory_mib, DeviceAssignment(gpus=positions, milli=usage.gpu_milli,
+                                                                        gpu_memory_mib=mems))
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        self.cluster.set_ready(self.node_index(name), ready)
+
+    def apply(self, result: CycleResult, now: float = 0.0) -> None:
+        """Carry out a cycle's decisions on this cache (evictions first, then binds)."""
+        for ev in result.evictions:
+            self.release(ev.task)
+        for b in result.binds:
+            self.bind_existing(b.task, b.node, self.assignment_of(b), since=now)
+
+    def assignment_of(self, b: Bind) -> DeviceAssignment:
+        """Rebuild array positions from a Bind's device indices."""
+        i = self.node_index(b.node)
+        node = self.nodes[i]
+        gpos = {g.index: j for j, g in enumerate(node.gpus)}
+        npos = {x.index: j for j, x in enumerate(node.nics)}
+        try:
+            gpus = tuple(gpos[x] for x in b.gpus)
+            nics = tuple(npos[x] for x in b.nics)
+        except KeyError as e:
+            raise SpecError(f"bind {b.task}", f"node {b.node} has no device {e.args[0]}") from None
+        if b.mig is not None:
+            gpu = node.gpus[gpus[0]]
+            geo = resolve_geometry(gpu.model, gpu.memory_mib)
+            if geo is None:
+                raise SpecError(f"bind {b.task}", f"GPU {gpu.index} of {b.node} has no MIG geometry")
+            prof = geo.profile(b.mig.profile)
+            return DeviceAssignment(gpus=gpus, mig=MigSlice(prof.name, b.mig.start), mig_compute=prof.compute,
+                                    mig_mask=prof.slot_mask(b.mig.start), nics=nics)
+        whole = b.gpu_milli >= 1000
+        if whole:
+            mems = tuple(int(self.cluster.gpu_mem_cap[i, j]) for j in gpus)
+        else:
+            mems = (b.gpu_memory_mib,) * len(gpus)
+        return DeviceAssignment(gpus=gpus, milli=b.gpu_milli, gpu_memory_mib=mems, nics=nics, whole=whole)
+
+    def bind_of(self, alloc: Allocation) -> Bind:
+        c = self.cluster
+        d = alloc.devices
+        return Bind(
+            task=alloc.task.name,
+            workload=alloc.task.workload,
+            node=self.nodes[alloc.node].name,
+            gpus=tuple(c.gpu_index(alloc.node, j) for j in d.gpus),
+            gpu_milli=d.milli,
+            gpu_memory_mib=d.gpu_memory_mib[0] if d.gpu_memory_mib else 0,
+            mig=d.mig,
+            nics=tuple(c.nic_index(alloc.node, j) for j in d.nics),
+        )
+
+    def evict_of(self, alloc: Allocation, reason: str) -> Evict:
+        return Evict(alloc.task.name, alloc.task.workload, self.nodes[alloc.node].name, reason)
+
+    # ----------------------------------------------------------------- primitives (journaled by Statement)
+    def _bind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
+        entry = entry or self.workloads[alloc.task.workload]
+        if alloc.task.name in self.allocations:
+            raise SpecError(f"task {alloc.task.name!r}", "is already bound")
+        self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        entry.bound[alloc.task.name] = alloc
+        self.allocations[alloc.task.name] = alloc
+        self.on_node[alloc.node][alloc.task.name] = alloc
+
+    def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
+        entry = entry or self.workloads[alloc.task.workload]
+        self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        del entry.bound[alloc.task.name]
+        del self.allocations[alloc.task.name]
+        del self.on_node[alloc.node][alloc.task.name]
+
+    def _find_task(self, task_name: str) -> tuple[WorkloadEntry, Task]:
+        found = self._tasks.get(task_name)
+        if found is None:
+            raise SpecError(f"task {task_name!r}", "belongs to no known workload")
+        return found
+
+    def _check_request(self, task: Task) -> None:
+        models = task.request.gpu_models
+        if models:
+            known = set(self.cluster.models)
+            unknown = sorted(m for m in models if m not in known)
+            if unknown and not (models & known):
+                raise SpecError(
+                    f"task {task.name!r}.gpu_models",
+                    f"unknown GPU model(s) {', '.join(unknown)}; the cluster has {', '.join(self.cluster.models) or 'none'}",
+                )
+
+
+def _selector_matches(node: Node, selector: Mapping[str, str]) -> bool:
+    return all(node.labels.get(k) == v for k, v in selector.items())
+
+
+def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:
+    for taint in node.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return False
+    return True

@@ -1,0 +1,79 @@
+"""Undoable operations on a snapshot: the all-or-nothing machinery for gangs and evictions.
+
+Modelled on KAI's Statement. Every allocate/evict is applied at once (so later
+placements see it) and journaled; `rollback(checkpoint)` undoes back to a point,
+`discard()` undoes everything, `commit()` hands the operations to the session as
+decisions. The session undoes committed operations too when the cycle ends, so
+`run_cycle` never changes the caller's snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from phalanx.core.snapshot import Allocation, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    kind: Literal["bind", "evict"]
+    alloc: Allocation
+    reason: str = ""
+
+
+class Statement:
+    """A journal of operations on one snapshot."""
+
+    def __init__(self, snapshot: Snapshot, on_commit: list[Op] | None = None) -> None:
+        self._snapshot = snapshot
+        self._ops: list[Op] = []
+        self._sink = on_commit
+        self._closed = False
+
+    @property
+    def ops(self) -> list[Op]:
+        return list(self._ops)
+
+    def allocate(self, alloc: Allocation) -> None:
+        self._check_open()
+        self._snapshot._bind(alloc)
+        self._ops.append(Op("bind", alloc))
+
+    def evict(self, alloc: Allocation, reason: str) -> None:
+        self._check_open()
+        self._snapshot._unbind(alloc)
+        self._ops.append(Op("evict", alloc, reason))
+
+    def checkpoint(self) -> int:
+        return len(self._ops)
+
+    def rollback(self, checkpoint: int) -> None:
+        """Undo operations back to `checkpoint`, newest first."""
+        self._check_open()
+        while len(self._ops) > checkpoint:
+            undo(self._snapshot, self._ops.pop())
+
+    def discard(self) -> None:
+        self.rollback(0)
+        self._closed = True
+
+    def commit(self) -> list[Op]:
+        """Keep the operations; they become decisions of the cycle."""
+        self._check_open()
+        ops, self._ops = self._ops, []
+        if self._sink is not None:
+            self._sink.extend(ops)
+        self._closed = True
+        return ops
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("statement already committed or discarded")
+
+
+def undo(snapshot: Snapshot, op: Op) -> None:
+    if op.kind == "bind":
+        snapshot._unbind(op.alloc)
+    else:
+        snapshot._bind(op.alloc)

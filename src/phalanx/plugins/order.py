@@ -1,0 +1,13 @@
+"""Workload order: higher priority first (age and name break ties in the session)."""
+
+from __future__ import annotations
+
+from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
+
+
+class PriorityOrder:
+    name = "priority"
+
+    def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
+        return (-entry.workload.priority,)

@@ -1,0 +1,135 @@
+"""Profiles as data: YAML files compiled to `phalanx.core.profile.Profile`.
+
+A profile names its actions and plugins; the registry below maps names to classes.
+An experiment is a YAML change, not a code change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from phalanx.actions.allocate import Allocate
+from phalanx.actions.backfill import Backfill
+from phalanx.core.errors import SpecError
+from phalanx.core.profile import Profile
+from phalanx.plugins.bestfit import BestFitScorer
+from phalanx.plugins.binpack import BinpackScorer, SpreadScorer
+from phalanx.plugins.dotprod import DotProdScorer
+from phalanx.plugins.fgd import FgdScorer
+from phalanx.plugins.gpuclustering import GpuClusteringScorer
+from phalanx.plugins.gpupacking import GpuPackingScorer
+from phalanx.plugins.gpuselect import BestFitGpu, RandomGpu
+from phalanx.plugins.locality import LocalityScorer
+from phalanx.plugins.order import PriorityOrder
+from phalanx.plugins.random import RandomScorer
+from phalanx.plugins.topology import GangAffinityScorer, TopologyPlanner
+
+Factory = Callable[..., Any]
+
+ACTIONS: Mapping[str, Factory] = {"allocate": Allocate, "backfill": Backfill}
+SCORERS: Mapping[str, Factory] = {
+    "random": RandomScorer,
+    "dotprod": DotProdScorer,
+    "gpuclustering": GpuClusteringScorer,
+    "gpupacking": GpuPackingScorer,
+    "bestfit": BestFitScorer,
+    "fgd": FgdScorer,
+    "binpack": BinpackScorer,
+    "spread": SpreadScorer,
+    "locality": LocalityScorer,
+    "gang-affinity": GangAffinityScorer,
+}
+SELECTORS: Mapping[str, Factory] = {"bestfit-gpu": BestFitGpu, "random-gpu": RandomGpu, "fgd": FgdScorer}
+ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder}
+PLANNERS: Mapping[str, Factory] = {"topology": TopologyPlanner}
+FILTERS: Mapping[str, Factory] = {}
+
+
+class PluginSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    weight: float = 1.0
+
+
+class ProfileSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    tie_break: Literal["random", "name"] = "random"
+    gpu_sharing: bool = True
+    actions: list[PluginSpec]
+    order: list[PluginSpec] = Field(default_factory=list)
+    filters: list[PluginSpec] = Field(default_factory=list)
+    scorers: list[PluginSpec] = Field(default_factory=list)
+    device_selector: PluginSpec | None = None
+    gang_planner: PluginSpec | None = None
+
+
+def _make(registry: Mapping[str, Factory], spec: PluginSpec, where: str) -> Any:
+    factory = registry.get(spec.name)
+    if factory is None:
+        raise SpecError(where, f"unknown plugin {spec.name!r} (known: {', '.join(sorted(registry))})")
+    try:
+        return factory(**spec.args)
+    except TypeError as e:
+        raise SpecError(f"{where}.args", f"bad arguments for {spec.name}: {e}") from None
+
+
+def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile:
+    """Validate profile data and build its plugin objects."""
+    try:
+        spec = ProfileSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise SpecError(f"{source}: {loc}", err["msg"]) from None
+    scorers = [(_make(SCORERS, p, f"{source}: scorers[{k}]"), p.weight) for k, p in enumerate(spec.scorers)]
+    selector = None
+    if spec.device_selector is not None:
+        same = [s for (s, _), p in zip(scorers, spec.scorers, strict=True)
+                if p.name == spec.device_selector.name and not spec.device_selector.args]
+        selector = same[0] if same else _make(SELECTORS, spec.device_selector, f"{source}: device_selector")
+    return Profile(
+        name=spec.name,
+        description=spec.description,
+        actions=[_make(ACTIONS, p, f"{source}: actions[{k}]") for k, p in enumerate(spec.actions)],
+        scorers=scorers,
+        filters=[_make(FILTERS, p, f"{source}: filters[{k}]") for k, p in enumerate(spec.filters)],
+        order=[_make(ORDERS, p, f"{source}: order[{k}]") for k, p in enumerate(spec.order)],
+        device_selector=selector,
+        gang_planner=_make(PLANNERS, spec.gang_planner, f"{source}: gang_planner") if spec.gang_planner else None,
+        tie_break=spec.tie_break,
+        gpu_sharing=spec.gpu_sharing,
+    )
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A built-in profile by name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        text = path.read_text()
+        source = str(path)
+    else:
+        res = resources.files(__package__) / f"{name_or_path}.yaml"
+        if not res.is_file():
+            raise SpecError("profile", f"unknown profile {name_or_path!r} (built-in: {', '.join(builtin_names())})")
+        text = res.read_text()
+        source = f"profile {name_or_path}"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(source, f"not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(source, "a profile must be a YAML mapping")
+    return compile_profile(data, source)

@@ -1,0 +1,189 @@
+"""Cluster specs: explicit nodes, or node groups (shape x count) laid out in racks and spines."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
+from phalanx.core.snapshot import Snapshot
+from phalanx.spec.common import load_yaml, located, validate
+from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MigInstanceSpec(_Strict):
+    profile: str
+    start: int
+
+
+class GpuSpec(_Strict):
+    index: int | None = None
+    model: str
+    memory: int | str
+    numa: int = 0
+    pcie_switch: int = 0
+    nvlink_group: int = 0
+    mig: bool = False
+    mig_instances: list[MigInstanceSpec] = Field(default_factory=list)
+
+
+class GpuGroupSpec(_Strict):
+    """`count` identical GPUs; `per_pcie_switch` GPUs share a switch (0: all on one)."""
+
+    count: int = Field(ge=0)
+    model: str
+    memory: int | str
+    per_pcie_switch: int = Field(default=0, ge=0)
+    numa_nodes: int = Field(default=1, ge=1)
+    nvlink_groups: int = Field(default=1, ge=1)
+    mig: bool | list[int] = False
+
+
+class NicSpec(_Strict):
+    index: int | None = None
+    numa: int = 0
+    pcie_switch: int = 0
+    bandwidth_gbps: float = 100.0
+
+
+class NicGroupSpec(_Strict):
+    """`count` NICs spread evenly over the node's PCIe switches."""
+
+    count: int = Field(ge=0)
+    bandwidth_gbps: float = 100.0
+
+
+class TaintSpec(_Strict):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class NodeBody(_Strict):
+    cpu: int | float | str
+    memory: int | float | str
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    topology: dict[str, str] = Field(default_factory=dict)
+    gpus: GpuGroupSpec | list[GpuSpec] | None = None
+    nics: NicGroupSpec | list[NicSpec] | None = None
+    datasets: dict[str, int | str] = Field(default_factory=dict)
+
+
+class NodeSpec(NodeBody):
+    name: str
+
+
+class NodeGroupSpec(NodeBody):
+    """`count` nodes named `{name}-{i}`; `layout` gives nodes per domain, e.g. {rack: 4, spine: 32}."""
+
+    name: str
+    count: int = Field(ge=1)
+    layout: dict[str, int] = Field(default_factory=dict)
+
+
+class ClusterSpec(_Strict):
+    topology_levels: list[str] = Field(default_factory=list)
+    datasets: dict[str, int | str] = Field(default_factory=dict)
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    node_groups: list[NodeGroupSpec] = Field(default_factory=list)
+
+
+def _gpus(spec: GpuGroupSpec | list[GpuSpec] | None, where: str) -> tuple[list[Gpu], dict[int, tuple[MigInstance, ...]]]:
+    if spec is None:
+        return [], {}
+    if isinstance(spec, list):
+        out: list[Gpu] = []
+        mig: dict[int, tuple[MigInstance, ...]] = {}
+        for k, g in enumerate(spec):
+            w = f"{where}[{k}]"
+            idx = g.index if g.index is not None else k
+            mem = memory_mib(g.memory, f"{w}.memory")
+            out.append(located(w, lambda g=g, idx=idx, mem=mem: Gpu(idx, g.model, mem, g.numa, g.pcie_switch,
+                                                                     g.nvlink_group, g.mig)))
+            if g.mig_instances:
+                mig[idx] = tuple(MigInstance(m.profile, m.start) for m in g.mig_instances)
+        return out, mig
+    mem = memory_mib(spec.memory, f"{where}.memory")
+    per = spec.per_pcie_switch or max(spec.count, 1)
+    mig_set = set(range(spec.count)) if spec.mig is True else set(spec.mig or [])
+    gpus = []
+    for j in range(spec.count):
+        gpus.append(located(f"{where}[{j}]", lambda j=j: Gpu(
+            j, spec.model, mem, numa=j * spec.numa_nodes // max(spec.count, 1), pcie_switch=j // per,
+            nvlink_group=j * spec.nvlink_groups // max(spec.count, 1), mig_enabled=j in mig_set)))
+    return gpus, {}
+
+
+def _nics(spec: NicGroupSpec | list[NicSpec] | None, gpus: list[Gpu], where: str) -> list[Nic]:
+    if spec is None:
+        return []
+    if isinstance(spec, list):
+        return [located(f"{where}[{k}]", lambda n=n, k=k: Nic(n.index if n.index is not None else k, n.numa,
+                                                               n.pcie_switch, n.bandwidth_gbps))
+                for k, n in enumerate(spec)]
+    switches = sorted({g.pcie_switch for g in gpus}) or [0]
+    numa_of = {g.pcie_switch: g.numa for g in gpus}
+    out = []
+    for k in range(spec.count):
+        sw = switches[k * len(switches) // max(spec.count, 1)]
+        out.append(located(f"{where}[{k}]", lambda k=k, sw=sw: Nic(k, numa_of.get(sw, 0), sw, spec.bandwidth_gbps)))
+    return out
+
+
+def _node(name: str, body: NodeBody, topology: dict[str, str], where: str) -> Node:
+    gpus, mig = _gpus(body.gpus, f"{where}.gpus")
+    nics = _nics(body.nics, gpus, f"{where}.nics")
+    datasets = {k: size_bytes(v, f"{where}.datasets.{k}") for k, v in body.datasets.items()}
+    return located(where, lambda: Node(
+        name=name, cpu_milli=cpu_milli(body.cpu, f"{where}.cpu"), memory_mib=memory_mib(body.memory, f"{where}.memory"),
+        gpus=tuple(gpus), nics=tuple(nics), labels=dict(body.labels),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in body.taints), topology=topology, datasets=datasets,
+        mig_instances=mig))
+
+
+def build_cluster(spec: ClusterSpec, source: str = "cluster") -> tuple[list[Node], list[str], dict[str, int]]:
+    nodes: list[Node] = []
+    for k, n in enumerate(spec.nodes):
+        nodes.append(_node(n.name, n, dict(n.topology), f"{source}: nodes[{k}]"))
+    for k, g in enumerate(spec.node_groups):
+        where = f"{source}: node_groups[{k}]"
+        for level in g.layout:
+            if level not in spec.topology_levels:
+                raise SpecError(f"{where}.layout.{level}", f"not one of topology_levels {spec.topology_levels}")
+        width = max(2, math.ceil(math.log10(g.count + 1)))
+        for i in range(g.count):
+            topo = dict(g.topology)
+            for level, size in g.layout.items():
+                if size < 1:
+                    raise SpecError(f"{where}.layout.{level}", f"nodes per {level} must be >= 1, got {size}")
+                topo[level] = f"{g.name}-{level}{i // size}"
+            nodes.append(_node(f"{g.name}-{i:0{width}d}", g, topo, f"{where}[{i}]"))
+    datasets = {k: size_bytes(v, f"{source}: datasets.{k}") for k, v in spec.datasets.items()}
+    return nodes, list(spec.topology_levels), datasets
+
+
+def parse_cluster(data: Any, source: str = "cluster") -> tuple[list[Node], list[str], dict[str, int]]:
+    if not isinstance(data, dict):
+        raise SpecError(source, "a cluster spec must be a YAML mapping with `nodes` and/or `node_groups`")
+    spec = validate(ClusterSpec, data, source)
+    if not spec.nodes and not spec.node_groups:
+        raise SpecError(source, "the cluster has no nodes (give `nodes` or `node_groups`)")
+    return build_cluster(spec, source)
+
+
+def load_cluster(path: str | Path) -> tuple[list[Node], list[str], dict[str, int]]:
+    return parse_cluster(load_yaml(path), str(path))
+
+
+def cluster_snapshot(data: Any, source: str = "cluster") -> Snapshot:
+    nodes, levels, datasets = parse_cluster(data, source)
+    return Snapshot(nodes, topology_levels=levels, datasets=datasets)

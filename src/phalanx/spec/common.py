@@ -1,0 +1,69 @@
+"""Shared helpers for the YAML specs: loading, and turning pydantic errors into located SpecErrors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from phalanx.core.errors import SpecError
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def loc_str(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validate(model: type[M], data: object, source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(x for x in err["loc"] if not _is_type_tag(x))
+        msg = err["msg"]
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        raise SpecError(f"{source}: {loc_str(loc)}", msg) from None
+
+
+_SCALAR_TAGS = {"int", "float", "str", "bool", "list", "dict", "none"}
+
+
+def _is_type_tag(part: int | str) -> bool:
+    """Pydantic puts union member names (`GpuGroupSpec`, `list[GpuSpec]`, `int`) into error locations."""
+    if isinstance(part, int):
+        return False
+    return part in _SCALAR_TAGS or any(ch.isupper() or ch in "[(" for ch in part)
+
+
+def located(where: str, fn: Callable[[], T]) -> T:
+    """Run a model constructor, prefixing any SpecError with `where`."""
+    try:
+        return fn()
+    except SpecError as e:
+        raise e.located(where) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        raise SpecError(where, f"not valid YAML: {getattr(e, 'problem', e)}") from None

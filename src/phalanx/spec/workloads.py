@@ -1,0 +1,136 @@
+"""Workload specs: gangs of pod sets with CPU, memory, GPU (whole, fraction, memory, MIG), NICs, data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import GpuRequest, PodSet, TaskRequest, Toleration, TopologyConstraint, Workload
+from phalanx.spec.common import load_yaml, located, validate
+from phalanx.spec.quantity import cpu_milli, memory_mib
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TolerationSpec(_Strict):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class PodSetSpec(_Strict):
+    name: str
+    count: int = 1
+    cpu: int | float | str = 0
+    memory: int | float | str = 0
+    gpu: int | None = None
+    gpu_fraction: float | None = None
+    gpu_memory: int | str | None = None
+    gpu_devices: int | None = None
+    mig: str | None = None
+    gpu_models: list[str] | str | None = None
+    rdma_nics: int = 0
+    nic_same_pcie: bool = False
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[TolerationSpec] = Field(default_factory=list)
+    dataset: str = ""
+
+
+class TopologySpec(_Strict):
+    level: str
+    required: bool = False
+
+
+class WorkloadSpec(_Strict):
+    name: str
+    podsets: list[PodSetSpec]
+    min_available: int | None = None
+    queue: str = "default"
+    priority: int = 0
+    preemptible: bool = True
+    creation_time: float = 0.0
+    topology: TopologySpec | None = None
+    duration: float | None = None
+
+
+class WorkloadsSpec(_Strict):
+    workloads: list[WorkloadSpec]
+
+
+def gpu_request(p: PodSetSpec, where: str) -> GpuRequest:
+    kinds = [k for k, v in (("gpu", p.gpu), ("gpu_fraction", p.gpu_fraction), ("gpu_memory", p.gpu_memory),
+                            ("mig", p.mig)) if v is not None]
+    if len(kinds) > 1:
+        raise SpecError(where, f"give only one of gpu, gpu_fraction, gpu_memory, mig (got {', '.join(kinds)})")
+    devices = p.gpu_devices if p.gpu_devices is not None else 1
+    if p.gpu_devices is not None and kinds and kinds[0] in ("gpu", "mig"):
+        raise SpecError(f"{where}.gpu_devices", "only applies to gpu_fraction or gpu_memory")
+    if p.gpu is not None:
+        if p.gpu < 0:
+            raise SpecError(f"{where}.gpu", f"GPU count must be >= 0, got {p.gpu}")
+        return GpuRequest.whole(p.gpu) if p.gpu else GpuRequest.none()
+    if p.gpu_fraction is not None:
+        return located(where, lambda: GpuRequest.fraction(p.gpu_fraction or 0.0, devices))
+    if p.gpu_memory is not None:
+        return located(where, lambda: GpuRequest.memory(memory_mib(p.gpu_memory, f"{where}.gpu_memory"), devices))
+    if p.mig is not None:
+        return located(where, lambda: GpuRequest.mig(p.mig or ""))
+    return GpuRequest.none()
+
+
+def models_of(value: list[str] | str | None) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    parts = value.split("|") if isinstance(value, str) else value
+    return frozenset(x.strip() for x in parts if x.strip())
+
+
+def build_workload(w: WorkloadSpec, where: str) -> Workload:
+    podsets = []
+    for k, p in enumerate(w.podsets):
+        pw = f"{where}.podsets[{k}]"
+        req = located(pw, lambda p=p, pw=pw: TaskRequest(
+            cpu_milli=cpu_milli(p.cpu, f"{pw}.cpu"), memory_mib=memory_mib(p.memory, f"{pw}.memory"),
+            gpu=gpu_request(p, pw), gpu_models=models_of(p.gpu_models), rdma_nics=p.rdma_nics,
+            nic_same_pcie=p.nic_same_pcie, node_selector=dict(p.node_selector),
+            tolerations=tuple(located(f"{pw}.tolerations", lambda t=t: Toleration(t.key, t.operator, t.value,
+                                                                                   t.effect)) for t in p.tolerations),
+            dataset=p.dataset))
+        podsets.append(located(pw, lambda p=p, req=req: PodSet(p.name, p.count, req)))
+    topo = TopologyConstraint(w.topology.level, w.topology.required) if w.topology else None
+    return located(where, lambda: Workload(
+        name=w.name, podsets=tuple(podsets), min_available=w.min_available or 0, queue=w.queue,
+        priority=w.priority, preemptible=w.preemptible, creation_time=w.creation_time, topology=topo))
+
+
+def parse_workloads(data: Any, source: str = "workloads") -> tuple[list[Workload], dict[str, float]]:
+    """Workloads and, where given, their durations (used by the simulator)."""
+    if isinstance(data, list):
+        data = {"workloads": data}
+    if not isinstance(data, dict):
+        raise SpecError(source, "a workload spec must be a YAML mapping with a `workloads` list")
+    spec = validate(WorkloadsSpec, data, source)
+    out: list[Workload] = []
+    durations: dict[str, float] = {}
+    seen: set[str] = set()
+    for k, w in enumerate(spec.workloads):
+        where = f"{source}: workloads[{k}]"
+        if w.name in seen:
+            raise SpecError(f"{where}.name", f"duplicate workload name {w.name!r}")
+        seen.add(w.name)
+        out.append(build_workload(w, where))
+        if w.duration is not None:
+            if w.duration <= 0:
+                raise SpecError(f"{where}.duration", f"duration must be > 0 seconds, got {w.duration}")
+            durations[w.name] = w.duration
+    return out, durations
+
+
+def load_workloads(path: str | Path) -> tuple[list[Workload], dict[str, float]]:
+    return parse_workloads(load_yaml(path), str(path))
