@@ -1,4 +1,4 @@
-"""Fluent builders and a scenario runner, in the style of kube-scheduler's st.MakePod() and Kueue's Make*()."""
+"""Fluent builders and a scenario runner, after kube-scheduler's st.MakePod() and Kueue's Make*()."""
 
 from __future__ import annotations
 
@@ -47,12 +47,29 @@ class NodeBuilder:
         self._mem = memory_mib(mem, "memory")
         return self
 
-    def gpus(self, count: int, model: str = "H100", memory: str | int = "80Gi", per_pcie_switch: int = 0,
-             nvlink_groups: int = 1, mig: bool = False) -> NodeBuilder:
+    def gpus(
+        self,
+        count: int,
+        model: str = "H100",
+        memory: str | int = "80Gi",
+        per_pcie_switch: int = 0,
+        nvlink_groups: int = 1,
+        mig: bool = False,
+    ) -> NodeBuilder:
         mem = memory_mib(memory, "gpu memory")
         per = per_pcie_switch or count
-        self._gpus = [Gpu(j, model, mem, numa=j * 2 // max(count, 1), pcie_switch=j // per,
-                          nvlink_group=j * nvlink_groups // max(count, 1), mig_enabled=mig) for j in range(count)]
+        self._gpus = [
+            Gpu(
+                j,
+                model,
+                mem,
+                numa=j * 2 // max(count, 1),
+                pcie_switch=j // per,
+                nvlink_group=j * nvlink_groups // max(count, 1),
+                mig_enabled=mig,
+            )
+            for j in range(count)
+        ]
         return self
 
     def nics(self, count: int, gbps: float = 400.0) -> NodeBuilder:
@@ -77,8 +94,17 @@ class NodeBuilder:
         return self
 
     def build(self) -> Node:
-        return Node(self._name, self._cpu, self._mem, tuple(self._gpus), tuple(self._nics), dict(self._labels),
-                    tuple(self._taints), dict(self._topology), dict(self._datasets))
+        return Node(
+            self._name,
+            self._cpu,
+            self._mem,
+            tuple(self._gpus),
+            tuple(self._nics),
+            dict(self._labels),
+            tuple(self._taints),
+            dict(self._topology),
+            dict(self._datasets),
+        )
 
 
 def make_node(name: str) -> NodeBuilder:
@@ -91,10 +117,25 @@ class WorkloadBuilder:
         self._podsets: list[PodSet] = []
         self._kw: dict[str, Any] = {}
 
-    def podset(self, name: str, count: int = 1, *, cpu: float = 1, memory: str | int = "1Gi", gpu: int = 0,
-               fraction: float | None = None, gpu_memory: int | None = None, devices: int = 1, mig: str | None = None,
-               models: str = "", nics: int = 0, same_pcie: bool = False, selector: dict[str, str] | None = None,
-               tolerations: tuple[Toleration, ...] = (), dataset: str = "") -> WorkloadBuilder:
+    def podset(
+        self,
+        name: str,
+        count: int = 1,
+        *,
+        cpu: float = 1,
+        memory: str | int = "1Gi",
+        gpu: int = 0,
+        fraction: float | None = None,
+        gpu_memory: int | None = None,
+        devices: int = 1,
+        mig: str | None = None,
+        models: str = "",
+        nics: int = 0,
+        same_pcie: bool = False,
+        selector: dict[str, str] | None = None,
+        tolerations: tuple[Toleration, ...] = (),
+        dataset: str = "",
+    ) -> WorkloadBuilder:
         if fraction is not None:
             g = GpuRequest.fraction(fraction, devices)
         elif gpu_memory is not None:
@@ -103,9 +144,17 @@ class WorkloadBuilder:
             g = GpuRequest.mig(mig)
         else:
             g = GpuRequest.whole(gpu) if gpu else GpuRequest.none()
-        req = TaskRequest(round(cpu * 1000), memory_mib(memory, "memory"), g,
-                          frozenset(m for m in models.split("|") if m), nics, same_pcie, dict(selector or {}),
-                          tolerations, dataset)
+        req = TaskRequest(
+            round(cpu * 1000),
+            memory_mib(memory, "memory"),
+            g,
+            frozenset(m for m in models.split("|") if m),
+            nics,
+            same_pcie,
+            dict(selector or {}),
+            tolerations,
+            dataset,
+        )
         self._podsets.append(PodSet(name, count, req))
         return self
 
@@ -149,8 +198,9 @@ class Scenario:
     datasets: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.snapshot = Snapshot(self.nodes, self.workloads, topology_levels=self.topology_levels,
-                                 datasets=self.datasets)
+        self.snapshot = Snapshot(
+            self.nodes, self.workloads, topology_levels=self.topology_levels, datasets=self.datasets
+        )
         self.prof = load_profile(self.profile) if isinstance(self.profile, str) else self.profile
         self.rng = np.random.default_rng(self.seed)
         self.clock = 0.0

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from builders import Scenario, make_node, make_workload
 
+from builders import Scenario, make_node, make_workload
 from phalanx.actions.allocate import Allocate
 from phalanx.actions.backfill import Backfill
 from phalanx.core.cycle import run_cycle
@@ -16,9 +16,11 @@ from phalanx.plugins.order import PriorityOrder
 
 def test_priority_then_age_order():
     nodes = [make_node("n").gpus(1).build()]
-    wl = [make_workload("old-low").podset("p", gpu=1).created(0).build(),
-          make_workload("new-high").podset("p", gpu=1).priority(5).created(9).build(),
-          make_workload("new-low").podset("p", gpu=1).created(5).build()]
+    wl = [
+        make_workload("old-low").podset("p", gpu=1).created(0).build(),
+        make_workload("new-high").podset("p", gpu=1).priority(5).created(9).build(),
+        make_workload("new-low").podset("p", gpu=1).created(5).build(),
+    ]
     sc = Scenario(nodes, wl)
     sc.run()
     assert sc.bound("new-high") == 1 and sc.bound("old-low") == 0
@@ -26,14 +28,18 @@ def test_priority_then_age_order():
 
 def test_strict_fifo_blocks_the_queue_and_backfill_fills_what_fits_now():
     nodes = [make_node("n").gpus(2).build()]
-    wl = [make_workload("head").podset("p", gpu=4).created(0).build(),
-          make_workload("small").podset("p", gpu=1).created(1).build()]
+    wl = [
+        make_workload("head").podset("p", gpu=4).created(0).build(),
+        make_workload("small").podset("p", gpu=1).created(1).build(),
+    ]
     strict = Profile("strict", [Allocate(strict_fifo=True)], order=[PriorityOrder()])
     sc = Scenario(nodes, wl, profile=strict)
     last = sc.run()
     assert sc.bound("small") == 0
     assert "waiting behind head" in last.pending_for("small").message
-    with_backfill = Profile("strict+backfill", [Allocate(strict_fifo=True), Backfill()], order=[PriorityOrder()])
+    with_backfill = Profile(
+        "strict+backfill", [Allocate(strict_fifo=True), Backfill()], order=[PriorityOrder()]
+    )
     sc = Scenario(nodes, wl, profile=with_backfill)
     sc.run()
     assert sc.bound("small") == 1 and sc.bound("head") == 0
@@ -50,7 +56,9 @@ def test_optional_tasks_beyond_min_available_are_added_when_room():
 def test_queues_take_turns():
     nodes = [make_node("n").gpus(4).build()]
     wl = [make_workload(f"a{k}").podset("p", gpu=1).queue("team-a").created(k).build() for k in range(4)]
-    wl += [make_workload(f"b{k}").podset("p", gpu=1).queue("team-b").created(k + 10).build() for k in range(4)]
+    wl += [
+        make_workload(f"b{k}").podset("p", gpu=1).queue("team-b").created(k + 10).build() for k in range(4)
+    ]
     sc = Scenario(nodes, wl)
     sc.run()
     a = sum(sc.bound(f"a{k}") for k in range(4))

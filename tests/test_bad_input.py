@@ -1,8 +1,8 @@
 """Bad input gets a clear error that names the field, never a traceback."""
 
 import pytest
-from builders import make_node, make_workload
 
+from builders import make_node, make_workload
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuRequest, PodSet, TaskRequest, Workload
 from phalanx.core.snapshot import Snapshot
@@ -16,7 +16,10 @@ def wl_yaml(**podset):
 
 
 def test_fraction_above_one():
-    with pytest.raises(SpecError, match=r"workloads\[0\]\.podsets\[0\]\.gpu\.fraction: a GPU fraction must be in \(0, 1\); got 1\.5"):
+    with pytest.raises(
+        SpecError,
+        match=r"workloads\[0\]\.podsets\[0\]\.gpu\.fraction: a GPU fraction must be in \(0, 1\); got 1\.5",
+    ):
         parse_workloads(wl_yaml(gpu_fraction=1.5), "w.yaml")
 
 
@@ -65,14 +68,42 @@ def test_bad_cluster_quantities_and_duplicates():
         nodes, _, _ = parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": 8}] * 2}, "c.yaml")
         Snapshot(nodes)
     with pytest.raises(SpecError, match="has no known MIG geometry"):
-        parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": 8,
-                                  "gpus": {"count": 1, "model": "T4", "memory": "16Gi", "mig": True}}]}, "c.yaml")
+        parse_cluster(
+            {
+                "nodes": [
+                    {
+                        "name": "a",
+                        "cpu": 8,
+                        "memory": 8,
+                        "gpus": {"count": 1, "model": "T4", "memory": "16Gi", "mig": True},
+                    }
+                ]
+            },
+            "c.yaml",
+        )
 
 
 def test_invalid_pre_partitioned_mig_layout():
-    data = {"nodes": [{"name": "a", "cpu": 8, "memory": 8, "gpus": [
-        {"model": "H100", "memory": "80Gi", "mig": True,
-         "mig_instances": [{"profile": "3g.40gb", "start": 0}, {"profile": "4g.40gb", "start": 0}]}]}]}
+    data = {
+        "nodes": [
+            {
+                "name": "a",
+                "cpu": 8,
+                "memory": 8,
+                "gpus": [
+                    {
+                        "model": "H100",
+                        "memory": "80Gi",
+                        "mig": True,
+                        "mig_instances": [
+                            {"profile": "3g.40gb", "start": 0},
+                            {"profile": "4g.40gb", "start": 0},
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     nodes, _, _ = parse_cluster(data, "c.yaml")
     with pytest.raises(SpecError, match="overlaps another instance"):
         Snapshot(nodes)

@@ -9,7 +9,9 @@ def _cluster():
 
 def _jobs():
     # created together: their controllers create pods concurrently
-    return [make_workload(n).podset("worker", 4, cpu=4, gpu=1).created(0.0).build() for n in ("job-a", "job-b")]
+    return [
+        make_workload(n).podset("worker", 4, cpu=4, gpu=1).created(0.0).build() for n in ("job-a", "job-b")
+    ]
 
 
 def test_k8s_default_deadlocks_with_both_jobs_partly_placed():

@@ -49,9 +49,11 @@ def test_gpu_memory_20000_mib_on_a_40_gib_gpu():
 
 
 def test_fraction_and_memory_share_the_same_device_accounting():
-    wl = [make_workload("f").podset("p", fraction=0.5).build(),
-          make_workload("m").podset("p", gpu_memory=20480).build(),
-          make_workload("x").podset("p", gpu_memory=1024).build()]
+    wl = [
+        make_workload("f").podset("p", fraction=0.5).build(),
+        make_workload("m").podset("p", gpu_memory=20480).build(),
+        make_workload("x").podset("p", gpu_memory=1024).build(),
+    ]
     sc = Scenario(one_gpu("40Gi"), wl)
     sc.run()
     assert sc.bound("f") == 1 and sc.bound("m") == 1

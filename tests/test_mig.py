@@ -1,8 +1,8 @@
 """MIG: real profiles and placement rules; slices only where the geometry allows, never overlapping."""
 
 import pytest
-from builders import Scenario, make_node, make_workload
 
+from builders import Scenario, make_node, make_workload
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import GEOMETRIES, resolve_geometry
 from phalanx.core.model import GpuRequest
@@ -75,8 +75,10 @@ def test_invalid_layouts_never_fit(layout):
 
 
 def test_small_slices_keep_large_placements_open():
-    wl = [make_workload("small").podset("p", mig="1g.10gb").build(),
-          make_workload("big").podset("p", mig="4g.40gb").created(1.0).build()]
+    wl = [
+        make_workload("small").podset("p", mig="1g.10gb").build(),
+        make_workload("big").podset("p", mig="4g.40gb").created(1.0).build(),
+    ]
     sc = Scenario(h100_mig(), wl)
     sc.run()
     assert sc.bound("small") == 1 and sc.bound("big") == 1
@@ -84,7 +86,14 @@ def test_small_slices_keep_large_placements_open():
 
 def test_geometries_of_known_models():
     a40 = resolve_geometry("NVIDIA-A100-SXM4-40GB", 40960)
-    assert a40 is not None and set(a40.profiles) >= {"1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
+    assert a40 is not None and set(a40.profiles) >= {
+        "1g.5gb",
+        "1g.10gb",
+        "2g.10gb",
+        "3g.20gb",
+        "4g.20gb",
+        "7g.40gb",
+    }
     assert a40.profiles["1g.10gb"].slots == 2 and a40.profiles["1g.10gb"].starts == (0, 2, 4, 6)
     a80 = resolve_geometry("A100-SXM4-80GB", 81920)
     assert a80 is not None and a80.profiles["1g.10gb"].slots == 1
@@ -94,7 +103,7 @@ def test_geometries_of_known_models():
 
 
 def test_unknown_mig_profile_is_rejected():
-    with pytest.raises(SpecError, match="unknown MIG profile '9g.99gb'"):
+    with pytest.raises(SpecError, match=r"unknown MIG profile '9g\.99gb'"):
         GpuRequest.mig("9g.99gb")
 
 

@@ -31,8 +31,10 @@ def test_tightest_rack_is_chosen_so_big_racks_stay_whole():
 
 
 def test_required_rack_is_honoured_even_when_the_cluster_has_room():
-    wl = [make_workload("filler").podset("p", 1, gpu=8).build(),
-          make_workload("w").podset("p", 3, gpu=8).topology("rack", required=True).created(1.0).build()]
+    wl = [
+        make_workload("filler").podset("p", 1, gpu=8).build(),
+        make_workload("w").podset("p", 3, gpu=8).topology("rack", required=True).created(1.0).build(),
+    ]
     nodes = [dgx("a0", "r0"), dgx("a1", "r0"), dgx("b0", "r1"), dgx("b1", "r1")]
     sc = Scenario(nodes, wl)
     last = sc.run()
@@ -60,14 +62,20 @@ def test_gpus_inside_a_node_stay_on_one_pcie_switch():
 def test_locality_prefers_the_node_holding_the_dataset():
     nodes = [make_node(f"n{k}").gpus(2).build() for k in range(3)]
     nodes.append(make_node("cached").gpus(2).dataset("imagenet", 150 * 2**30).build())
-    sc = Scenario(nodes, [make_workload("w").podset("p", gpu=1, dataset="imagenet").build()],
-                  datasets={"imagenet": 150 * 2**30})
+    sc = Scenario(
+        nodes,
+        [make_workload("w").podset("p", gpu=1, dataset="imagenet").build()],
+        datasets={"imagenet": 150 * 2**30},
+    )
     sc.run()
     assert sc.bind_of("w/p-0").node == "cached"
 
 
 def test_partly_cached_dataset_scores_by_fraction():
-    nodes = [make_node("half").gpus(1).dataset("d", 50).build(), make_node("most").gpus(1).dataset("d", 90).build()]
+    nodes = [
+        make_node("half").gpus(1).dataset("d", 50).build(),
+        make_node("most").gpus(1).dataset("d", 90).build(),
+    ]
     sc = Scenario(nodes, [make_workload("w").podset("p", gpu=1, dataset="d").build()], datasets={"d": 100})
     sc.run()
     assert sc.bind_of("w/p-0").node == "most"

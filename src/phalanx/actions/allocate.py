@@ -10,6 +10,8 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
+import numpy as np
+
 from phalanx.actions.gang import gang_tasks, place_gang
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -85,9 +87,10 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
             session.set_pending(entry.name, outcome.summary, outcome.reasons)
             return False
     left = 0
+    restrict = same_domain(session, entry)
     for t in rest:
         stmt = session.statement()
-        if session.place(t, stmt) is not None:
+        if session.place(t, stmt, restrict) is not None:
             stmt.commit()
         else:
             stmt.discard()
@@ -97,6 +100,17 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
     else:
         session.pending.pop(entry.name, None)
     return True
+
+
+def same_domain(session: Session, entry: WorkloadEntry) -> np.ndarray | None:
+    """With a required topology level, later tasks must join the domain the gang already runs in."""
+    topo = entry.workload.topology
+    if topo is None or not topo.required or not entry.bound:
+        return None
+    level = "node" if topo.level == "hostname" else topo.level
+    dom = session.snapshot.domains(level)
+    first = next(iter(entry.bound.values())).node
+    return np.asarray(dom == dom[first])
 
 
 def gpu_milli(entry: WorkloadEntry) -> int:

@@ -15,9 +15,18 @@ class Backfill:
     name = "backfill"
 
     def execute(self, session: Session) -> None:
-        waiting = [e for e in session.snapshot.pending_workloads()
-                   if len(e.bound) < e.workload.gang_size and e.name not in session.attempted]
-        waiting.sort(key=lambda e: (e.workload.total_gpu_milli, sum(t.request.cpu_milli for t in e.tasks),
-                                    e.workload.creation_time, e.name))
+        waiting = [
+            e
+            for e in session.snapshot.pending_workloads()
+            if len(e.bound) < e.workload.gang_size and e.name not in session.attempted
+        ]
+        waiting.sort(
+            key=lambda e: (
+                e.workload.total_gpu_milli,
+                sum(t.request.cpu_milli for t in e.tasks),
+                e.workload.creation_time,
+                e.name,
+            )
+        )
         for entry in waiting:
             allocate_workload(session, entry)

@@ -34,9 +34,7 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
     planner = session.profile.gang_planner
     domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
-    tried = 0
     for dom in domains:
-        tried += 1
         stmt = session.statement()
         placed = 0
         failed: Task | None = None
@@ -51,8 +49,10 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
         if last is None or dom.mask is None:
             reasons = tuple(session.why_not(failed, dom.mask))
             if dom.mask is not None and dom.required:
-                summary = (f"no {dom.level} can host all {len(tasks)} tasks (required topology); "
-                           f"best try {dom.label}: {placed} of {len(tasks)} placed")
+                summary = (
+                    f"required topology: no {dom.level} can host all {len(tasks)} tasks; "
+                    f"best try {dom.label}: {placed} of {len(tasks)} placed"
+                )
             elif len(tasks) > 1:
                 summary = f"gang of {len(tasks)} tasks does not fit: {placed} of {len(tasks)} placed"
             else:
@@ -62,6 +62,9 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
     if last is None:
         w = entry.workload
         level = w.topology.level if w.topology else "domain"
-        return GangOutcome(False, f"no {level} has room for all {len(tasks)} tasks",
-                           (Reason("topology", f"no {level} with enough free capacity"),))
+        return GangOutcome(
+            False,
+            f"required topology: no {level} can host all {len(tasks)} tasks",
+            (Reason("topology", f"no {level} has enough free capacity for the whole gang"),),
+        )
     return last

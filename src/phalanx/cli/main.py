@@ -6,8 +6,9 @@ import typer
 
 from phalanx.cli.schedule import schedule
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Phalanx: a scheduler for AI workloads on Kubernetes.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Phalanx: a scheduler for AI workloads on Kubernetes."
+)
 app.command("schedule")(schedule)
 
 

@@ -32,8 +32,12 @@ def _example(name: str) -> tuple[object, str]:
 
 
 def schedule(
-    cluster: Annotated[Path | None, typer.Option(help="Cluster YAML (default: the embedded example).")] = None,
-    workloads: Annotated[Path | None, typer.Option(help="Workloads YAML (default: the embedded example).")] = None,
+    cluster: Annotated[
+        Path | None, typer.Option(help="Cluster YAML (default: the embedded example).")
+    ] = None,
+    workloads: Annotated[
+        Path | None, typer.Option(help="Workloads YAML (default: the embedded example).")
+    ] = None,
     profile: Annotated[str, typer.Option(help="Built-in profile name or a profile YAML file.")] = "phalanx",
     seed: Annotated[int, typer.Option(help="Seed of the cycle's random tie-breaks.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
@@ -41,7 +45,9 @@ def schedule(
     """Place workloads on a static cluster and show placements and pending reasons."""
     with user_errors():
         cdata, csrc = (load_yaml(cluster), str(cluster)) if cluster else _example("example-cluster.yaml")
-        wdata, wsrc = (load_yaml(workloads), str(workloads)) if workloads else _example("example-workloads.yaml")
+        wdata, wsrc = (
+            (load_yaml(workloads), str(workloads)) if workloads else _example("example-workloads.yaml")
+        )
         nodes, levels, datasets = parse_cluster(cdata, csrc)
         wls, _ = parse_workloads(wdata, wsrc)
         prof = load_profile(profile)
@@ -85,8 +91,14 @@ def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pe
             share = "whole"
         else:
             share = "-"
-        t.add_row(b.workload, b.task.split("/", 1)[-1], b.node, ",".join(map(str, b.gpus)) or "-", share,
-                  ",".join(map(str, b.nics)) or "-")
+        t.add_row(
+            b.workload,
+            b.task.split("/", 1)[-1],
+            b.node,
+            ",".join(map(str, b.gpus)) or "-",
+            share,
+            ",".join(map(str, b.nics)) or "-",
+        )
     console.print(t)
     if pending:
         p = Table(title="Pending")

@@ -123,8 +123,15 @@ class ClusterState:
         self.gpu_count = (self.gpu_kind != KIND_ABSENT).sum(axis=1).astype(np.int64)
         self.shared_count = (self.gpu_kind == KIND_SHARED).sum(axis=1).astype(np.int64)
         self.node_model = np.where(self.gpu_count > 0, self.gpu_model[:, 0], -1).astype(np.int32)
+        present = self.gpu_kind != KIND_ABSENT
+        self.homogeneous = bool(((self.gpu_model == self.node_model[:, None]) | ~present).all())
         self.gpu_free_total = np.zeros(n, dtype=np.int64)
         self.gpu_whole_free = np.zeros(n, dtype=np.int64)
+        # largest share one GPU can still give, by compute and by memory (see fraction_cap)
+        self.gpu_frac_cap = np.zeros((n, g), dtype=np.int64)
+        self.gpu_frac_max = np.zeros(n, dtype=np.int64)
+        self._shared_pos = [np.nonzero(self.gpu_kind[i] == KIND_SHARED)[0].tolist() for i in range(n)]
+        self._mem_cap_rows = self.gpu_mem_cap.tolist()
         for i in range(n):
             self._refresh(i)
 
@@ -140,11 +147,26 @@ class ClusterState:
         return int(self.shared_count.sum()) * MILLI
 
     def _refresh(self, i: int) -> None:
-        shared = self.gpu_kind[i] == KIND_SHARED
-        free = self.gpu_milli_free[i]
-        self.gpu_free_total[i] = int(free[shared].sum())
-        whole = shared & (free == MILLI) & (self.gpu_mem_free[i] == self.gpu_mem_cap[i])
-        self.gpu_whole_free[i] = int(whole.sum())
+        """Recompute node i's aggregates (plain Python: rows are a handful of GPUs)."""
+        free = self.gpu_milli_free[i].tolist()
+        mem_free = self.gpu_mem_free[i].tolist()
+        cap = self._mem_cap_rows[i]
+        total = whole = fmax = 0
+        frac = [0] * self.max_gpus
+        for j in self._shared_pos[i]:
+            f = free[j]
+            total += f
+            if f == MILLI and mem_free[j] == cap[j]:
+                whole += 1
+            # a share m fits iff free >= m and mem_free >= floor(cap * m / 1000)
+            fc = min(f, ((mem_free[j] + 1) * MILLI - 1) // max(cap[j], 1))
+            frac[j] = fc
+            if fc > fmax:
+                fmax = fc
+        self.gpu_free_total[i] = total
+        self.gpu_whole_free[i] = whole
+        self.gpu_frac_cap[i] = frac
+        self.gpu_frac_max[i] = fmax
         self._stamp += 1
         self.node_version[i] = self._stamp
 

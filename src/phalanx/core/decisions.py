@@ -21,7 +21,12 @@ class Bind:
     nics: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"kind": "bind", "task": self.task, "workload": self.workload, "node": self.node}
+        d: dict[str, object] = {
+            "kind": "bind",
+            "task": self.task,
+            "workload": self.workload,
+            "node": self.node,
+        }
         if self.gpus:
             d["gpus"] = list(self.gpus)
             d["gpu_milli"] = self.gpu_milli
@@ -43,7 +48,13 @@ class Evict:
     reason: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": "evict", "task": self.task, "workload": self.workload, "node": self.node, "reason": self.reason}
+        return {
+            "kind": "evict",
+            "task": self.task,
+            "workload": self.workload,
+            "node": self.node,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True, slots=True)

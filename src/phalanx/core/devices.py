@@ -25,7 +25,11 @@ from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest
 
 def fraction_memory(milli: int, mem_cap: IntArray | int) -> IntArray | int:
     """GPU memory charged for a compute fraction (KAI `gpu-fraction` shares memory too)."""
-    return (np.asarray(mem_cap) * milli) // MILLI if isinstance(mem_cap, np.ndarray) else mem_cap * milli // MILLI
+    return (
+        (np.asarray(mem_cap) * milli) // MILLI
+        if isinstance(mem_cap, np.ndarray)
+        else mem_cap * milli // MILLI
+    )
 
 
 def memory_milli(mib: int, mem_cap: IntArray) -> IntArray:
@@ -37,11 +41,11 @@ def memory_milli(mib: int, mem_cap: IntArray) -> IntArray:
 def model_ok(c: ClusterState, rows: IntArray, models: frozenset[str]) -> BoolArray:
     """Per-GPU: the GPU's model is one the request allows."""
     if not models:
-        return c.gpu_kind[rows] != 0
+        return np.asarray(c.gpu_kind[rows] != 0, dtype=np.bool_)
     ids = [c.model_id[m] for m in models if m in c.model_id]
     if not ids:
         return np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
-    return np.isin(c.gpu_model[rows], ids)
+    return np.asarray(np.isin(c.gpu_model[rows], ids), dtype=np.bool_)
 
 
 def gpu_usable(c: ClusterState, rows: IntArray, req: TaskRequest) -> BoolArray:
@@ -51,15 +55,26 @@ def gpu_usable(c: ClusterState, rows: IntArray, req: TaskRequest) -> BoolArray:
     ok = model_ok(c, rows, req.gpu_models)
     if g.kind is GpuKind.WHOLE:
         mem_free = c.gpu_mem_free[rows]
-        return ok & (kind == KIND_SHARED) & (c.gpu_milli_free[rows] == MILLI) & (mem_free == c.gpu_mem_cap[rows])
+        out = (
+            ok & (kind == KIND_SHARED) & (c.gpu_milli_free[rows] == MILLI) & (mem_free == c.gpu_mem_cap[rows])
+        )
+        return np.asarray(out, dtype=np.bool_)
     if g.kind is GpuKind.FRACTION:
         need_mem = (c.gpu_mem_cap[rows] * g.milli) // MILLI
-        return ok & (kind == KIND_SHARED) & (c.gpu_milli_free[rows] >= g.milli) & (c.gpu_mem_free[rows] >= need_mem)
+        out = (
+            ok
+            & (kind == KIND_SHARED)
+            & (c.gpu_milli_free[rows] >= g.milli)
+            & (c.gpu_mem_free[rows] >= need_mem)
+        )
+        return np.asarray(out, dtype=np.bool_)
     if g.kind is GpuKind.MEMORY:
         need_milli = memory_milli(g.memory_mib, c.gpu_mem_cap[rows])
-        return ok & (kind == KIND_SHARED) & (c.gpu_mem_free[rows] >= g.memory_mib) & (c.gpu_milli_free[rows] >= need_milli)
+        out = ok & (kind == KIND_SHARED) & (c.gpu_mem_free[rows] >= g.memory_mib)
+        out &= c.gpu_milli_free[rows] >= need_milli
+        return np.asarray(out, dtype=np.bool_)
     if g.kind is GpuKind.MIG:
-        out = ok & (kind == KIND_MIG)
+        out = np.asarray(ok & (kind == KIND_MIG), dtype=np.bool_)
         for r, j in zip(*np.nonzero(out), strict=True):
             out[r, j] = bool(mig_starts(c, int(rows[r]), int(j), g.mig_profile))
         return out
@@ -101,8 +116,8 @@ def _mig_room(c: ClusterState, i: int, j: int, used: int, compute: int) -> int:
 def choose_mig(c: ClusterState, i: int, usable: BoolArray, name: str) -> DeviceAssignment | None:
     """Fullest usable MIG GPU first; on it, the start that keeps the most larger placements open."""
     best: tuple[tuple[int, int, int], int, MigProfile, int] | None = None
-    for j in np.nonzero(usable)[0]:
-        j = int(j)
+    for pos in np.nonzero(usable)[0]:
+        j = int(pos)
         prof = mig_profile_of(c, i, j, name)
         if prof is None:
             continue
@@ -116,8 +131,9 @@ def choose_mig(c: ClusterState, i: int, usable: BoolArray, name: str) -> DeviceA
     if best is None:
         return None
     _, j, prof, s = best
-    return DeviceAssignment(gpus=(j,), mig=MigSlice(prof.name, s), mig_compute=prof.compute,
-                            mig_mask=prof.slot_mask(s))
+    return DeviceAssignment(
+        gpus=(j,), mig=MigSlice(prof.name, s), mig_compute=prof.compute, mig_mask=prof.slot_mask(s)
+    )
 
 
 def _group_pick(positions: Sequence[int], keys: Sequence[int], d: int) -> list[int] | None:
@@ -132,7 +148,9 @@ def _group_pick(positions: Sequence[int], keys: Sequence[int], d: int) -> list[i
     return fitting[0][:d]
 
 
-def choose_whole(c: ClusterState, i: int, usable: BoolArray, d: int, prefer_pcie: Sequence[int] = ()) -> list[int]:
+def choose_whole(
+    c: ClusterState, i: int, usable: BoolArray, d: int, prefer_pcie: Sequence[int] = ()
+) -> list[int]:
     """d free GPUs, packed into one PCIe switch, else one NVLink group, else the fewest groups."""
     pos = [int(j) for j in np.nonzero(usable)[0]]
     if len(pos) <= d:
@@ -171,11 +189,15 @@ def charge(c: ClusterState, i: int, gpus: Sequence[int], g: GpuRequest) -> Devic
     """The assignment for chosen GPU positions: milli and memory per device."""
     gl = tuple(gpus)
     if g.kind is GpuKind.WHOLE:
-        return DeviceAssignment(gpus=gl, milli=MILLI, gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) for j in gl),
-                                whole=True)
+        return DeviceAssignment(
+            gpus=gl, milli=MILLI, gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) for j in gl), whole=True
+        )
     if g.kind is GpuKind.FRACTION:
-        return DeviceAssignment(gpus=gl, milli=g.milli,
-                                gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) * g.milli // MILLI for j in gl))
+        return DeviceAssignment(
+            gpus=gl,
+            milli=g.milli,
+            gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) * g.milli // MILLI for j in gl),
+        )
     if g.kind is GpuKind.MEMORY:
         caps = c.gpu_mem_cap[i, list(gl)]
         milli = int(memory_milli(g.memory_mib, caps).max()) if len(gl) else 0
@@ -241,5 +263,13 @@ def default_assignment(
         return None
     if not nics:
         return base
-    return DeviceAssignment(gpus=base.gpus, milli=base.milli, gpu_memory_mib=base.gpu_memory_mib, mig=base.mig,
-                            mig_compute=base.mig_compute, mig_mask=base.mig_mask, nics=nics, whole=base.whole)
+    return DeviceAssignment(
+        gpus=base.gpus,
+        milli=base.milli,
+        gpu_memory_mib=base.gpu_memory_mib,
+        mig=base.mig,
+        mig_compute=base.mig_compute,
+        mig_mask=base.mig_mask,
+        nics=nics,
+        whole=base.whole,
+    )

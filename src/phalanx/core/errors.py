@@ -17,5 +17,7 @@ class SpecError(ValueError):
 
     def located(self, prefix: str) -> SpecError:
         """Return the same error with an outer location prepended."""
-        where = f"{prefix}.{self.where}" if self.where and not self.where.startswith("[") else prefix + self.where
+        where = (
+            f"{prefix}.{self.where}" if self.where and not self.where.startswith("[") else prefix + self.where
+        )
         return SpecError(where, self.message)

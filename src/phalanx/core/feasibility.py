@@ -6,26 +6,50 @@ first check it fails, and the message names the plugin and the node count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, IntArray
+from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, ClusterState, IntArray
 from phalanx.core.decisions import Reason
 from phalanx.core.devices import default_assignment, gpu_usable, model_ok
 from phalanx.core.model import GpuKind, TaskRequest
 from phalanx.core.snapshot import Snapshot
 
 
-@dataclass(frozen=True, slots=True)
 class Candidates:
-    """Nodes that can host the task, with per-GPU usability rows aligned to them."""
+    """Nodes that can host the task; per-GPU usability is computed on demand, row by row."""
 
-    nodes: IntArray
-    usable: BoolArray
+    __slots__ = ("_rows", "cluster", "nodes", "request")
+
+    def __init__(
+        self, cluster: ClusterState, request: TaskRequest, nodes: IntArray, usable: BoolArray | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.request = request
+        self.nodes = nodes
+        self._rows: dict[int, BoolArray] = {}
+        if usable is not None:
+            for k in range(len(nodes)):
+                self._rows[k] = usable[k]
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def usable(self, k: int) -> BoolArray:
+        """Per-GPU usability of candidate k (array positions of its node)."""
+        row = self._rows.get(k)
+        if row is None:
+            row = gpu_usable(self.cluster, self.nodes[k : k + 1], self.request)[0]
+            self._rows[k] = row
+        return row
+
+    def subset(self, keep: BoolArray) -> Candidates:
+        idx = np.nonzero(keep)[0]
+        out = Candidates(self.cluster, self.request, self.nodes[idx])
+        for new, old in enumerate(idx):
+            row = self._rows.get(int(old))
+            if row is not None:
+                out._rows[new] = row
+        return out
 
 
 def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
@@ -47,24 +71,45 @@ def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
     return m
 
 
+def _node_models_ok(c: ClusterState, models: frozenset[str]) -> BoolArray:
+    ids = [c.model_id[m] for m in models if m in c.model_id]
+    return np.asarray(np.isin(c.node_model, ids), dtype=np.bool_)
+
+
 def find_candidates(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> Candidates:
-    """All nodes (optionally within `restrict`) where the task fits now."""
+    """All nodes (optionally within `restrict`) where the task fits now.
+
+    Whole GPUs and single shares are decided from per-node aggregates when every node's
+    GPUs are of one model; other requests check GPU by GPU.
+    """
     m = _prefilter(s, req)
     if restrict is not None:
         m &= restrict
-    rows = np.nonzero(m)[0]
     c = s.cluster
-    if req.gpu.kind is GpuKind.NONE:
-        usable = np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
+    g = req.gpu
+    fast = c.homogeneous and (g.kind is GpuKind.WHOLE or (g.kind is GpuKind.FRACTION and g.devices == 1))
+    if fast:
+        if g.kind is GpuKind.FRACTION:
+            m &= c.gpu_frac_max >= g.milli
+        if req.gpu_models:
+            m &= _node_models_ok(c, req.gpu_models)
+    rows = np.nonzero(m)[0]
+    if g.kind is GpuKind.NONE or fast:
+        cand = Candidates(c, req, rows)
     else:
         usable = gpu_usable(c, rows, req)
-        keep = usable.sum(axis=1) >= req.gpu.devices
-        rows, usable = rows[keep], usable[keep]
-    if req.rdma_nics and len(rows):
-        keep = np.array([default_assignment(c, int(i), usable[k], req) is not None for k, i in enumerate(rows)],
-                        dtype=np.bool_)
-        rows, usable = rows[keep], usable[keep]
-    return Candidates(rows, usable)
+        keep = usable.sum(axis=1) >= g.devices
+        cand = Candidates(c, req, rows[keep], usable[keep])
+    if req.rdma_nics and len(cand):
+        keep = np.array(
+            [
+                default_assignment(c, int(i), cand.usable(k), req) is not None
+                for k, i in enumerate(cand.nodes)
+            ],
+            dtype=np.bool_,
+        )
+        cand = cand.subset(keep)
+    return cand
 
 
 def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> list[Reason]:
@@ -76,7 +121,7 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
     if restrict is not None and (~restrict).any():
         reasons.append(Reason("topology", "outside the chosen topology domain", int((~restrict).sum())))
 
-    def step(ok: BoolArray, plugin: str, message: str) -> None:
+    def step(ok: BoolArray | np.bool_, plugin: str, message: str) -> None:
         nonlocal alive
         bad = alive & ~ok
         count = int(bad.sum())
@@ -104,7 +149,9 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
             has_shared = (c.gpu_kind == KIND_SHARED).sum(axis=1) >= g.devices
             step(has_shared, "gpu", "not enough GPUs")
             ok = gpu_usable(c, all_rows, req).sum(axis=1) >= g.devices
-            what = {"whole": "free GPU", "fraction": "GPU share", "memory": "GPU memory"}.get(g.kind.value, "GPU")
+            what = {"whole": "free GPU", "fraction": "GPU share", "memory": "GPU memory"}.get(
+                g.kind.value, "GPU"
+            )
             step(ok, "gpu", f"insufficient {what} ({g.describe()})")
     if req.rdma_nics:
         step(c.nic_free.sum(axis=1) >= req.rdma_nics, "rdma", f"fewer than {req.rdma_nics} free RDMA NIC(s)")
@@ -113,5 +160,7 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
             cand = find_candidates(s, req, alive)
             ok = np.zeros(n, dtype=np.bool_)
             ok[cand.nodes] = True
-            step(ok, "rdma", "no free NIC on the GPUs' PCIe switch" if req.nic_same_pcie else "NICs do not fit")
+            step(
+                ok, "rdma", "no free NIC on the GPUs' PCIe switch" if req.nic_same_pcie else "NICs do not fit"
+            )
     return reasons

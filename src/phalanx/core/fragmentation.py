@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from phalanx.core.cluster import KIND_SHARED, ClusterState
-from phalanx.core.model import MILLI, GpuKind, TaskRequest
+from phalanx.core.model import MILLI, GpuKind
 from phalanx.core.snapshot import Snapshot, TaskType
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,8 +67,12 @@ class TypeTable:
                     if m in cluster.model_id:
                         access[cluster.model_id[m], k] = True
         return TypeTable(
-            np.array(cpu, dtype=np.int64), np.array(milli, dtype=np.int64), np.array(num, dtype=np.int64),
-            np.array(is_cpu, dtype=np.bool_), access, np.array(weight, dtype=np.float64),
+            np.array(cpu, dtype=np.int64),
+            np.array(milli, dtype=np.int64),
+            np.array(num, dtype=np.int64),
+            np.array(is_cpu, dtype=np.bool_),
+            access,
+            np.array(weight, dtype=np.float64),
         )
 
     def frag(self, cpu: IntArray, free: IntArray, model: IntArray) -> FloatArray:
@@ -80,26 +84,21 @@ class TypeTable:
         count = ge.sum(axis=2)
         below = np.where(ge, 0, free[:, None, :]).sum(axis=2)
         acc = self.access[np.where(model < 0, self.access.shape[0] - 1, model)]
-        fits = acc & ~self.is_cpu[None, :] & (count >= self.num[None, :]) & (cpu[:, None] >= self.cpu[None, :])
+        fits = (
+            acc & ~self.is_cpu[None, :] & (count >= self.num[None, :]) & (cpu[:, None] >= self.cpu[None, :])
+        )
         contrib = np.where(fits, below, total[:, None])
         return np.asarray(contrib @ self.weight, dtype=np.float64)
 
 
-def task_types_of(snapshot: Snapshot) -> list[TaskType]:
-    """The workload's task-type distribution: given by the driver, else counted from all known tasks."""
+def task_types_of(snapshot: Snapshot) -> tuple[list[TaskType], int]:
+    """The workload's task-type distribution and a version that changes when it does.
+
+    Given by the driver (`Snapshot.task_types`), else counted from all known tasks.
+    """
     if snapshot.task_types is not None:
-        return list(snapshot.task_types)
-    counts: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
-    for entry in snapshot.workloads.values():
-        for t in entry.tasks:
-            key = _type_key(t.request)
-            req, n = counts.get(key, (t.request, 0))
-            counts[key] = (req, n + 1)
-    return [TaskType(req, float(n)) for req, n in counts.values()]
-
-
-def _type_key(r: TaskRequest) -> tuple[object, ...]:
-    return (r.cpu_milli, r.gpu.kind, r.gpu.devices, r.gpu.milli, r.gpu.memory_mib, r.gpu_models)
+        return list(snapshot.task_types), -1
+    return snapshot.observed_task_types(), snapshot.types_version
 
 
 class NodeSignatures:

@@ -54,7 +54,9 @@ class MigGeometry:
             return self.profiles[name]
         except KeyError:
             known = ", ".join(sorted(self.profiles))
-            raise SpecError("mig_profile", f"unknown MIG profile {name!r} for {self.model} (known: {known})") from None
+            raise SpecError(
+                "mig_profile", f"unknown MIG profile {name!r} for {self.model} (known: {known})"
+            ) from None
 
     def free_starts(self, profile: MigProfile, used_mask: int, used_compute: int) -> list[int]:
         """Valid starts for `profile` given the slots and compute already taken."""

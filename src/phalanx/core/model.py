@@ -168,7 +168,8 @@ class GpuRequest:
         if k is GpuKind.FRACTION and not 0 < self.milli < MILLI:
             raise SpecError(
                 "gpu.fraction",
-                f"a GPU fraction must be in (0, 1); got {self.milli / MILLI:g} (use whole GPUs for 1 or more)",
+                f"a GPU fraction must be in (0, 1); got {self.milli / MILLI:g} "
+                "(use whole GPUs for 1 or more)",
             )
         if k is GpuKind.MEMORY and self.memory_mib <= 0:
             raise SpecError("gpu.memory_mib", f"GPU memory request must be > 0 MiB, got {self.memory_mib}")
@@ -177,7 +178,9 @@ class GpuRequest:
                 raise SpecError("gpu.mig_profile", "MIG request needs a profile name such as 1g.10gb")
             known = sorted({p for g in GEOMETRIES.values() for p in g.profiles})
             if self.mig_profile not in known:
-                raise SpecError("gpu.mig_profile", f"unknown MIG profile {self.mig_profile!r} (known: {', '.join(known)})")
+                raise SpecError(
+                    "gpu.mig_profile", f"unknown MIG profile {self.mig_profile!r} (known: {', '.join(known)})"
+                )
 
     @staticmethod
     def none() -> GpuRequest:
@@ -322,7 +325,8 @@ class Workload:
             raise SpecError("min_available", f"min_available must be >= 0, got {self.min_available}")
         if self.min_available > total:
             raise SpecError(
-                "min_available", f"min_available {self.min_available} is larger than the {total} tasks of the workload"
+                "min_available",
+                f"min_available {self.min_available} is larger than the {total} tasks of the workload",
             )
         if math.isnan(self.creation_time):
             raise SpecError("creation_time", "creation time must be a number")
@@ -375,7 +379,9 @@ def validate_mig_layout(node: Node) -> None:
         for inst in instances:
             prof = geo.profile(inst.profile)
             if inst.start not in prof.starts:
-                raise SpecError(where, f"{inst.profile} cannot start at slot {inst.start} (valid: {prof.starts})")
+                raise SpecError(
+                    where, f"{inst.profile} cannot start at slot {inst.start} (valid: {prof.starts})"
+                )
             mask = prof.slot_mask(inst.start)
             if used & mask:
                 raise SpecError(where, f"{inst.profile} at slot {inst.start} overlaps another instance")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from phalanx.core.decisions import CycleResult, Pending, Reason
-from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.core.feasibility import Candidates, explain, find_candidates
 from phalanx.core.cluster import BoolArray
+from phalanx.core.decisions import CycleResult, Pending, Reason
 from phalanx.core.devices import default_assignment
+from phalanx.core.extension import FloatArray, PlacementContext
+from phalanx.core.feasibility import explain, find_candidates
 from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
@@ -57,9 +57,15 @@ class Session:
         if self.profile.gpu_sharing or g.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
             return request
         return TaskRequest(
-            cpu_milli=request.cpu_milli, memory_mib=request.memory_mib, gpu=GpuRequest.whole(g.devices),
-            gpu_models=request.gpu_models, rdma_nics=request.rdma_nics, nic_same_pcie=request.nic_same_pcie,
-            node_selector=request.node_selector, tolerations=request.tolerations, dataset=request.dataset,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
+            gpu=GpuRequest.whole(g.devices),
+            gpu_models=request.gpu_models,
+            rdma_nics=request.rdma_nics,
+            nic_same_pcie=request.nic_same_pcie,
+            node_selector=request.node_selector,
+            tolerations=request.tolerations,
+            dataset=request.dataset,
         )
 
     def candidates(self, task: Task, restrict: BoolArray | None = None) -> PlacementContext:
@@ -71,7 +77,7 @@ class Session:
                 break
             keep = f.keep(ctx)
             if not keep.all():
-                ctx = PlacementContext(self, task, req, Candidates(cand.nodes[keep], cand.usable[keep]))
+                ctx = PlacementContext(self, task, req, cand.subset(keep))
                 cand = ctx.candidates
         return ctx
 
@@ -107,7 +113,7 @@ class Session:
             if selector is not None:
                 devices = selector.select(ctx, k)
             else:
-                devices = default_assignment(c, i, ctx.candidates.usable[k], ctx.request)
+                devices = default_assignment(c, i, ctx.candidates.usable(k), ctx.request)
             if devices is None:
                 alive[k] = False
                 continue
@@ -125,7 +131,9 @@ class Session:
                 reasons = [Reason(f.name, f.reason()) for f in self.profile.filters]
         return reasons
 
-    def set_pending(self, workload: str, summary: str, reasons: list[Reason] | tuple[Reason, ...] = ()) -> None:
+    def set_pending(
+        self, workload: str, summary: str, reasons: list[Reason] | tuple[Reason, ...] = ()
+    ) -> None:
         self.pending[workload] = Pending(workload, summary, tuple(reasons))
 
     # ----------------------------------------------------------------- result
@@ -150,7 +158,9 @@ class Session:
         out.evictions = [s.evict_of(op.alloc, op.reason) for op in evicted.values()]
         out.binds = [s.bind_of(op.alloc) for op in bound.values()]
         placed = {op.alloc.task.workload for op in bound.values()}
-        out.pending = [p for w, p in self.pending.items() if w not in placed or not s.workloads[w].is_complete]
+        out.pending = [
+            p for w, p in self.pending.items() if w not in placed or not s.workloads[w].is_complete
+        ]
         return out
 
     def close(self) -> None:

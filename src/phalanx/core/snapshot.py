@@ -106,6 +106,8 @@ class Snapshot:
         self.workloads: dict[str, WorkloadEntry] = {}
         self.allocations: dict[str, Allocation] = {}
         self._tasks: dict[str, tuple[WorkloadEntry, Task]] = {}
+        self._type_counts: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+        self.types_version = 0
         self.on_node: list[dict[str, Allocation]] = [{} for _ in ordered]
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
@@ -132,7 +134,10 @@ class Snapshot:
         mask = self._static_masks.get(key)
         if mask is None:
             mask = np.array(
-                [_selector_matches(n, request.node_selector) and _tolerated(n, request.tolerations) for n in self.nodes],
+                [
+                    _selector_matches(n, request.node_selector) and _tolerated(n, request.tolerations)
+                    for n in self.nodes
+                ],
                 dtype=np.bool_,
             )
             self._static_masks[key] = mask
@@ -174,6 +179,18 @@ class Snapshot:
         self._static_masks[key] = frac  # type: ignore[assignment]
         return frac
 
+    def observed_task_types(self) -> list[TaskType]:
+        """Task types of all known workloads (pending and running), weighted by count."""
+        return [TaskType(req, float(n)) for req, n in self._type_counts.values() if n > 0]
+
+    def _count_types(self, tasks: Sequence[Task], sign: int) -> None:
+        for t in tasks:
+            r = t.request
+            key = (r.cpu_milli, r.gpu.kind, r.gpu.devices, r.gpu.milli, r.gpu.memory_mib, r.gpu_models)
+            req, n = self._type_counts.get(key, (r, 0))
+            self._type_counts[key] = (req, n + sign)
+        self.types_version += 1
+
     # ----------------------------------------------------------------- driver-side updates
     def add_workload(self, workload: Workload) -> WorkloadEntry:
         if workload.name in self.workloads:
@@ -181,8 +198,10 @@ class Snapshot:
         topo = workload.topology
         if topo is not None and topo.level not in ("node", "hostname", *self.topology_levels):
             levels = ", ".join(("node", *self.topology_levels))
-            raise SpecError(f"workload {workload.name!r}.topology.level",
-                            f"unknown topology level {topo.level!r} (this cluster has: {levels})")
+            raise SpecError(
+                f"workload {workload.name!r}.topology.level",
+                f"unknown topology level {topo.level!r} (this cluster has: {levels})",
+            )
         tasks = workload.tasks()
         for t in tasks:
             if t.name in self._tasks:
@@ -192,6 +211,7 @@ class Snapshot:
         self.workloads[workload.name] = entry
         for t in tasks:
             self._tasks[t.name] = (entry, t)
+        self._count_types(tasks, +1)
         return entry
 
     def remove_workload(self, name: str) -> None:
@@ -203,6 +223,7 @@ class Snapshot:
             self._unbind(alloc, entry)
         for t in entry.tasks:
             self._tasks.pop(t.name, None)
+        self._count_types(entry.tasks, -1)
 
     def release(self, task_name: str) -> None:
         """A task finished or was evicted by the driver: free its resources."""
@@ -221,7 +242,9 @@ class Snapshot:
         """Record a task that already runs (e.g. rebuilt from pod annotations at start-up)."""
         entry, task = self._find_task(task_name)
         i = self.node_index(node)
-        self._bind(Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since), entry)
+        self._bind(
+            Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since), entry
+        )
 
     def add_foreign(self, usage: ForeignUsage) -> None:
         """Count capacity used by pods of other schedulers."""
@@ -229,8 +252,12 @@ class Snapshot:
         c = self.cluster
         positions = tuple(j for j, g in enumerate(self.nodes[i].gpus) if g.index in usage.gpus)
         mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
-        c.take(i, usage.cpu_milli, usage.memory_mib, DeviceAssignment(gpus=positions, milli=usage.gpu_milli,
-                                                                        gpu_memory_mib=mems))
+        c.take(
+            i,
+            usage.cpu_milli,
+            usage.memory_mib,
+            DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems),
+        )
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         self.cluster.set_ready(self.node_index(name), ready)
@@ -259,8 +286,13 @@ class Snapshot:
             if geo is None:
                 raise SpecError(f"bind {b.task}", f"GPU {gpu.index} of {b.node} has no MIG geometry")
             prof = geo.profile(b.mig.profile)
-            return DeviceAssignment(gpus=gpus, mig=MigSlice(prof.name, b.mig.start), mig_compute=prof.compute,
-                                    mig_mask=prof.slot_mask(b.mig.start), nics=nics)
+            return DeviceAssignment(
+                gpus=gpus,
+                mig=MigSlice(prof.name, b.mig.start),
+                mig_compute=prof.compute,
+                mig_mask=prof.slot_mask(b.mig.start),
+                nics=nics,
+            )
         whole = b.gpu_milli >= 1000
         if whole:
             mems = tuple(int(self.cluster.gpu_mem_cap[i, j]) for j in gpus)
@@ -316,7 +348,8 @@ class Snapshot:
             if unknown and not (models & known):
                 raise SpecError(
                     f"task {task.name!r}.gpu_models",
-                    f"unknown GPU model(s) {', '.join(unknown)}; the cluster has {', '.join(self.cluster.models) or 'none'}",
+                    f"unknown GPU model(s) {', '.join(unknown)}; "
+                    f"the cluster has {', '.join(self.cluster.models) or 'none'}",
                 )
 
 

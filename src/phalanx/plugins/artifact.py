@@ -26,4 +26,4 @@ def min_max_normalize(scores: FloatArray) -> FloatArray:
     lo, hi = scores.min(), scores.max()
     if hi == lo:
         return np.zeros_like(scores)
-    return np.floor((scores - lo) * MAX_NODE_SCORE / (hi - lo))
+    return np.asarray(np.floor((scores - lo) * MAX_NODE_SCORE / (hi - lo)), dtype=np.float64)

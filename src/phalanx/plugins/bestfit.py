@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.plugins.artifact import MAX_NODE_SCORE, MAX_SPEC_CPU, MAX_SPEC_GPU, gpu_total_milli, min_max_normalize
+from phalanx.plugins.artifact import (
+    MAX_NODE_SCORE,
+    MAX_SPEC_CPU,
+    MAX_SPEC_GPU,
+    gpu_total_milli,
+    min_max_normalize,
+)
 
 
 class BestFitScorer:

@@ -45,10 +45,14 @@ def _allocated_fraction(ctx: PlacementContext, weights: tuple[float, float, floa
         parts.append(wg * np.where(has_gpu, used / np.maximum(gpu_cap, 1), 0.0))
         total_w += wg
     if wc:
-        parts.append(wc * (c.cpu_cap[rows] - c.cpu_free[rows] + req.cpu_milli) / np.maximum(c.cpu_cap[rows], 1))
+        parts.append(
+            wc * (c.cpu_cap[rows] - c.cpu_free[rows] + req.cpu_milli) / np.maximum(c.cpu_cap[rows], 1)
+        )
         total_w += wc
     if wm:
-        parts.append(wm * (c.mem_cap[rows] - c.mem_free[rows] + req.memory_mib) / np.maximum(c.mem_cap[rows], 1))
+        parts.append(
+            wm * (c.mem_cap[rows] - c.mem_free[rows] + req.memory_mib) / np.maximum(c.mem_cap[rows], 1)
+        )
         total_w += wm
     if not parts:
         return np.zeros(len(rows))

@@ -31,7 +31,9 @@ def pod_shape(req: TaskRequest) -> tuple[int, int, int] | None:
     return None
 
 
-def after_states(cpu: int, free: tuple[int, ...], shape: tuple[int, int, int]) -> list[tuple[int, tuple[int, ...]]]:
+def after_states(
+    cpu: int, free: tuple[int, ...], shape: tuple[int, int, int]
+) -> list[tuple[int, tuple[int, ...]]]:
     """Node states after placing the task: one per distinct GPU choice for a share, else the packed one."""
     c, m, n = shape
     if n == 1 and 0 < m < MILLI:
@@ -63,6 +65,7 @@ class _Cache:
     cluster: weakref.ref[ClusterState]
     types_key: tuple[object, ...]
     index: FragmentationIndex
+    token: tuple[str, int] = ("", -1)
     memo: dict[tuple[int, int, int, frozenset[str]], FloatArray] = field(default_factory=dict)
 
 
@@ -77,17 +80,21 @@ class FgdScorer:
 
     def index(self, session: Session) -> _Cache:
         s = session.snapshot
-        types = task_types_of(s)
-        key = tuple((t.request.shape_key, t.weight) for t in types)
         cache = self._cache
+        token = ("given", id(s.task_types)) if s.task_types is not None else ("observed", s.types_version)
+        if cache is not None and cache.cluster() is s.cluster and cache.token == token:
+            return cache
+        types, _ = task_types_of(s)
+        key = tuple((t.request.shape_key, t.weight) for t in types)
         if cache is None or cache.cluster() is not s.cluster or cache.types_key != key:
             table = TypeTable.build(types, s.cluster)
             cache = _Cache(weakref.ref(s.cluster), key, FragmentationIndex(s.cluster, table))
             self._cache = cache
+        cache.token = token
         return cache
 
-    def _delta(self, cache: _Cache, sids: np.ndarray, shape: tuple[int, int, int]) -> list[FloatArray]:
-        """Per signature: frag reduction of each possible choice."""
+    def _best(self, cache: _Cache, sids: np.ndarray, shape: tuple[int, int, int]) -> FloatArray:
+        """Per signature: the best score over its possible GPU choices."""
         sigs = cache.index.sigs
         rows_cpu: list[int] = []
         rows_free: list[tuple[int, ...]] = []
@@ -103,15 +110,14 @@ class FgdScorer:
         free_arr = np.zeros((len(rows_free), width), dtype=np.int64)
         for r, f in enumerate(rows_free):
             free_arr[r, : len(f)] = f
-        after = cache.index.table.frag(np.array(rows_cpu, dtype=np.int64), free_arr,
-                                       np.array(rows_model, dtype=np.int64))
+        after = cache.index.table.frag(
+            np.array(rows_cpu, dtype=np.int64), free_arr, np.array(rows_model, dtype=np.int64)
+        )
         own = np.array(owners, dtype=np.int64)
-        bef = cache.index.frag_of(sids)[own]
-        delta = bef - after
-        out: list[FloatArray] = [np.zeros(0)] * len(sids)
-        for k in range(len(sids)):
-            out[k] = delta[own == k]
-        return out
+        score = quantized(cache.index.frag_of(sids)[own] - after, self.quantize)
+        best = np.full(len(sids), -np.inf)
+        np.maximum.at(best, own, score)
+        return best
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         shape = pod_shape(ctx.request)
@@ -134,9 +140,7 @@ class FgdScorer:
         missing = np.isnan(vals)
         if missing.any():
             todo = np.unique(sids[missing])
-            deltas = self._delta(cache, todo, shape)
-            best = np.array([quantized(d, self.quantize).max() if len(d) else -np.inf for d in deltas])
-            memo[todo] = best
+            memo[todo] = self._best(cache, todo, shape)
             vals = memo[sids]
         return vals
 
@@ -145,7 +149,7 @@ class FgdScorer:
         g = req.gpu
         c = ctx.session.snapshot.cluster
         i = int(ctx.candidates.nodes[k])
-        usable = ctx.candidates.usable[k]
+        usable = ctx.candidates.usable(k)
         shape = pod_shape(req)
         if shape is None or g.kind is not GpuKind.FRACTION or g.devices != 1 or req.rdma_nics:
             return default_assignment(c, i, usable, req)
@@ -162,8 +166,11 @@ class FgdScorer:
             f[j] -= g.milli
             vals = sorted(int(x) for x in f[shared])
             rows[r, : len(vals)] = vals
-        after = cache.index.table.frag(np.full(len(gpus), cpu_after, dtype=np.int64), rows,
-                                       np.full(len(gpus), int(c.node_model[i]), dtype=np.int64))
+        after = cache.index.table.frag(
+            np.full(len(gpus), cpu_after, dtype=np.int64),
+            rows,
+            np.full(len(gpus), int(c.node_model[i]), dtype=np.int64),
+        )
         q = quantized(frag_now - after, self.quantize)
         best = gpus[int(np.argmax(q))]  # first GPU index among the best, as the artifact does
         return charge(c, i, [best], g)

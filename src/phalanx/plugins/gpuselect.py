@@ -17,7 +17,7 @@ class BestFitGpu:
 
     def select(self, ctx: PlacementContext, k: int) -> DeviceAssignment | None:
         c = ctx.session.snapshot.cluster
-        return default_assignment(c, int(ctx.candidates.nodes[k]), ctx.candidates.usable[k], ctx.request)
+        return default_assignment(c, int(ctx.candidates.nodes[k]), ctx.candidates.usable(k), ctx.request)
 
 
 class RandomGpu:
@@ -28,7 +28,7 @@ class RandomGpu:
     def select(self, ctx: PlacementContext, k: int) -> DeviceAssignment | None:
         c = ctx.session.snapshot.cluster
         i = int(ctx.candidates.nodes[k])
-        usable = ctx.candidates.usable[k]
+        usable = ctx.candidates.usable(k)
         g = ctx.request.gpu
         if g.kind is GpuKind.FRACTION and g.devices == 1 and not ctx.request.rdma_nics:
             pos = np.nonzero(usable)[0]

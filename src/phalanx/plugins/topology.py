@@ -61,8 +61,12 @@ class TopologyPlanner:
             target = "node" if constraint.level == "hostname" else constraint.level
             if target not in levels:
                 levels_txt = ", ".join(levels)
-                yield Domain(constraint.level, f"unknown level (known: {levels_txt})", np.zeros(len(s.cluster), bool),
-                             required=constraint.required)
+                yield Domain(
+                    constraint.level,
+                    f"unknown level (known: {levels_txt})",
+                    np.zeros(len(s.cluster), bool),
+                    required=constraint.required,
+                )
                 return
             try_levels = levels[: levels.index(target) + 1]
         elif self.pack and len(tasks) > 1:
@@ -85,7 +89,9 @@ class TopologyPlanner:
             for cap, n in caps:
                 dcap = np.bincount(dom, weights=np.minimum(cap, n), minlength=ndom)
                 fits &= dcap >= n
-                slack += np.bincount(dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom)
+                slack += np.bincount(
+                    dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom
+                )
             cand = np.nonzero(fits)[0]
             if not len(cand):
                 continue
@@ -112,10 +118,5 @@ class GangAffinityScorer:
         out = np.zeros(len(ctx.candidates))
         if entry is None or not entry.bound:
             return out
-        nodes = {a.node for a in entry.bound.values()}
-        for k, i in enumerate(ctx.candidates.nodes):
-            if int(i) in nodes:
-                out[k] = 100.0
-        return out
-
-
+        nodes = np.fromiter({a.node for a in entry.bound.values()}, dtype=np.int64)
+        return np.where(np.isin(ctx.candidates.nodes, nodes), 100.0, 0.0)

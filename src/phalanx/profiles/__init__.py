@@ -93,8 +93,11 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
     scorers = [(_make(SCORERS, p, f"{source}: scorers[{k}]"), p.weight) for k, p in enumerate(spec.scorers)]
     selector = None
     if spec.device_selector is not None:
-        same = [s for (s, _), p in zip(scorers, spec.scorers, strict=True)
-                if p.name == spec.device_selector.name and not spec.device_selector.args]
+        same = [
+            s
+            for (s, _), p in zip(scorers, spec.scorers, strict=True)
+            if p.name == spec.device_selector.name and not spec.device_selector.args
+        ]
         selector = same[0] if same else _make(SELECTORS, spec.device_selector, f"{source}: device_selector")
     return Profile(
         name=spec.name,
@@ -104,7 +107,9 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
         filters=[_make(FILTERS, p, f"{source}: filters[{k}]") for k, p in enumerate(spec.filters)],
         order=[_make(ORDERS, p, f"{source}: order[{k}]") for k, p in enumerate(spec.order)],
         device_selector=selector,
-        gang_planner=_make(PLANNERS, spec.gang_planner, f"{source}: gang_planner") if spec.gang_planner else None,
+        gang_planner=_make(PLANNERS, spec.gang_planner, f"{source}: gang_planner")
+        if spec.gang_planner
+        else None,
         tie_break=spec.tie_break,
         gpu_sharing=spec.gpu_sharing,
     )
@@ -123,7 +128,9 @@ def load_profile(name_or_path: str) -> Profile:
     else:
         res = resources.files(__package__) / f"{name_or_path}.yaml"
         if not res.is_file():
-            raise SpecError("profile", f"unknown profile {name_or_path!r} (built-in: {', '.join(builtin_names())})")
+            raise SpecError(
+                "profile", f"unknown profile {name_or_path!r} (built-in: {', '.join(builtin_names())})"
+            )
         text = res.read_text()
         source = f"profile {name_or_path}"
     try:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
 from phalanx.core.snapshot import Snapshot
-from phalanx.spec.common import load_yaml, located, validate
+from phalanx.spec.common import at, load_yaml, validate
 from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
 
 
@@ -97,45 +97,60 @@ class ClusterSpec(_Strict):
     node_groups: list[NodeGroupSpec] = Field(default_factory=list)
 
 
-def _gpus(spec: GpuGroupSpec | list[GpuSpec] | None, where: str) -> tuple[list[Gpu], dict[int, tuple[MigInstance, ...]]]:
+def _gpus(
+    spec: GpuGroupSpec | list[GpuSpec] | None, where: str
+) -> tuple[list[Gpu], dict[int, tuple[MigInstance, ...]]]:
     if spec is None:
         return [], {}
+    out: list[Gpu] = []
     if isinstance(spec, list):
-        out: list[Gpu] = []
         mig: dict[int, tuple[MigInstance, ...]] = {}
         for k, g in enumerate(spec):
             w = f"{where}[{k}]"
             idx = g.index if g.index is not None else k
             mem = memory_mib(g.memory, f"{w}.memory")
-            out.append(located(w, lambda g=g, idx=idx, mem=mem: Gpu(idx, g.model, mem, g.numa, g.pcie_switch,
-                                                                     g.nvlink_group, g.mig)))
+            with at(w):
+                out.append(Gpu(idx, g.model, mem, g.numa, g.pcie_switch, g.nvlink_group, g.mig))
             if g.mig_instances:
                 mig[idx] = tuple(MigInstance(m.profile, m.start) for m in g.mig_instances)
         return out, mig
     mem = memory_mib(spec.memory, f"{where}.memory")
     per = spec.per_pcie_switch or max(spec.count, 1)
     mig_set = set(range(spec.count)) if spec.mig is True else set(spec.mig or [])
-    gpus = []
+    n = max(spec.count, 1)
     for j in range(spec.count):
-        gpus.append(located(f"{where}[{j}]", lambda j=j: Gpu(
-            j, spec.model, mem, numa=j * spec.numa_nodes // max(spec.count, 1), pcie_switch=j // per,
-            nvlink_group=j * spec.nvlink_groups // max(spec.count, 1), mig_enabled=j in mig_set)))
-    return gpus, {}
+        with at(f"{where}[{j}]"):
+            out.append(
+                Gpu(
+                    j,
+                    spec.model,
+                    mem,
+                    numa=j * spec.numa_nodes // n,
+                    pcie_switch=j // per,
+                    nvlink_group=j * spec.nvlink_groups // n,
+                    mig_enabled=j in mig_set,
+                )
+            )
+    return out, {}
 
 
 def _nics(spec: NicGroupSpec | list[NicSpec] | None, gpus: list[Gpu], where: str) -> list[Nic]:
     if spec is None:
         return []
+    out: list[Nic] = []
     if isinstance(spec, list):
-        return [located(f"{where}[{k}]", lambda n=n, k=k: Nic(n.index if n.index is not None else k, n.numa,
-                                                               n.pcie_switch, n.bandwidth_gbps))
-                for k, n in enumerate(spec)]
+        for k, n in enumerate(spec):
+            with at(f"{where}[{k}]"):
+                out.append(
+                    Nic(n.index if n.index is not None else k, n.numa, n.pcie_switch, n.bandwidth_gbps)
+                )
+        return out
     switches = sorted({g.pcie_switch for g in gpus}) or [0]
     numa_of = {g.pcie_switch: g.numa for g in gpus}
-    out = []
     for k in range(spec.count):
         sw = switches[k * len(switches) // max(spec.count, 1)]
-        out.append(located(f"{where}[{k}]", lambda k=k, sw=sw: Nic(k, numa_of.get(sw, 0), sw, spec.bandwidth_gbps)))
+        with at(f"{where}[{k}]"):
+            out.append(Nic(k, numa_of.get(sw, 0), sw, spec.bandwidth_gbps))
     return out
 
 
@@ -143,11 +158,21 @@ def _node(name: str, body: NodeBody, topology: dict[str, str], where: str) -> No
     gpus, mig = _gpus(body.gpus, f"{where}.gpus")
     nics = _nics(body.nics, gpus, f"{where}.nics")
     datasets = {k: size_bytes(v, f"{where}.datasets.{k}") for k, v in body.datasets.items()}
-    return located(where, lambda: Node(
-        name=name, cpu_milli=cpu_milli(body.cpu, f"{where}.cpu"), memory_mib=memory_mib(body.memory, f"{where}.memory"),
-        gpus=tuple(gpus), nics=tuple(nics), labels=dict(body.labels),
-        taints=tuple(Taint(t.key, t.value, t.effect) for t in body.taints), topology=topology, datasets=datasets,
-        mig_instances=mig))
+    cpu = cpu_milli(body.cpu, f"{where}.cpu")
+    mem = memory_mib(body.memory, f"{where}.memory")
+    with at(where):
+        return Node(
+            name=name,
+            cpu_milli=cpu,
+            memory_mib=mem,
+            gpus=tuple(gpus),
+            nics=tuple(nics),
+            labels=dict(body.labels),
+            taints=tuple(Taint(t.key, t.value, t.effect) for t in body.taints),
+            topology=topology,
+            datasets=datasets,
+            mig_instances=mig,
+        )
 
 
 def build_cluster(spec: ClusterSpec, source: str = "cluster") -> tuple[list[Node], list[str], dict[str, int]]:
@@ -158,7 +183,9 @@ def build_cluster(spec: ClusterSpec, source: str = "cluster") -> tuple[list[Node
         where = f"{source}: node_groups[{k}]"
         for level in g.layout:
             if level not in spec.topology_levels:
-                raise SpecError(f"{where}.layout.{level}", f"not one of topology_levels {spec.topology_levels}")
+                raise SpecError(
+                    f"{where}.layout.{level}", f"not one of topology_levels {spec.topology_levels}"
+                )
         width = max(2, math.ceil(math.log10(g.count + 1)))
         for i in range(g.count):
             topo = dict(g.topology)

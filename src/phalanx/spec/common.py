@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,7 +13,6 @@ from pydantic import BaseModel, ValidationError
 from phalanx.core.errors import SpecError
 
 M = TypeVar("M", bound=BaseModel)
-T = TypeVar("T")
 
 
 def loc_str(loc: tuple[int | str, ...]) -> str:
@@ -47,10 +47,11 @@ def _is_type_tag(part: int | str) -> bool:
     return part in _SCALAR_TAGS or any(ch.isupper() or ch in "[(" for ch in part)
 
 
-def located(where: str, fn: Callable[[], T]) -> T:
-    """Run a model constructor, prefixing any SpecError with `where`."""
+@contextmanager
+def at(where: str) -> Iterator[None]:
+    """Prefix any SpecError raised inside with `where`."""
     try:
-        return fn()
+        yield
     except SpecError as e:
         raise e.located(where) from None
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuRequest, PodSet, TaskRequest, Toleration, TopologyConstraint, Workload
-from phalanx.spec.common import load_yaml, located, validate
+from phalanx.spec.common import at, load_yaml, validate
 from phalanx.spec.quantity import cpu_milli, memory_mib
 
 
@@ -64,23 +64,34 @@ class WorkloadsSpec(_Strict):
 
 
 def gpu_request(p: PodSetSpec, where: str) -> GpuRequest:
-    kinds = [k for k, v in (("gpu", p.gpu), ("gpu_fraction", p.gpu_fraction), ("gpu_memory", p.gpu_memory),
-                            ("mig", p.mig)) if v is not None]
+    kinds = [
+        k
+        for k, v in (
+            ("gpu", p.gpu),
+            ("gpu_fraction", p.gpu_fraction),
+            ("gpu_memory", p.gpu_memory),
+            ("mig", p.mig),
+        )
+        if v is not None
+    ]
     if len(kinds) > 1:
-        raise SpecError(where, f"give only one of gpu, gpu_fraction, gpu_memory, mig (got {', '.join(kinds)})")
+        raise SpecError(
+            where, f"give only one of gpu, gpu_fraction, gpu_memory, mig (got {', '.join(kinds)})"
+        )
     devices = p.gpu_devices if p.gpu_devices is not None else 1
     if p.gpu_devices is not None and kinds and kinds[0] in ("gpu", "mig"):
         raise SpecError(f"{where}.gpu_devices", "only applies to gpu_fraction or gpu_memory")
-    if p.gpu is not None:
-        if p.gpu < 0:
-            raise SpecError(f"{where}.gpu", f"GPU count must be >= 0, got {p.gpu}")
-        return GpuRequest.whole(p.gpu) if p.gpu else GpuRequest.none()
-    if p.gpu_fraction is not None:
-        return located(where, lambda: GpuRequest.fraction(p.gpu_fraction or 0.0, devices))
-    if p.gpu_memory is not None:
-        return located(where, lambda: GpuRequest.memory(memory_mib(p.gpu_memory, f"{where}.gpu_memory"), devices))
-    if p.mig is not None:
-        return located(where, lambda: GpuRequest.mig(p.mig or ""))
+    with at(where):
+        if p.gpu is not None:
+            if p.gpu < 0:
+                raise SpecError("gpu", f"GPU count must be >= 0, got {p.gpu}")
+            return GpuRequest.whole(p.gpu) if p.gpu else GpuRequest.none()
+        if p.gpu_fraction is not None:
+            return GpuRequest.fraction(p.gpu_fraction, devices)
+        if p.gpu_memory is not None:
+            return GpuRequest.memory(memory_mib(p.gpu_memory, "gpu_memory"), devices)
+        if p.mig is not None:
+            return GpuRequest.mig(p.mig)
     return GpuRequest.none()
 
 
@@ -95,18 +106,38 @@ def build_workload(w: WorkloadSpec, where: str) -> Workload:
     podsets = []
     for k, p in enumerate(w.podsets):
         pw = f"{where}.podsets[{k}]"
-        req = located(pw, lambda p=p, pw=pw: TaskRequest(
-            cpu_milli=cpu_milli(p.cpu, f"{pw}.cpu"), memory_mib=memory_mib(p.memory, f"{pw}.memory"),
-            gpu=gpu_request(p, pw), gpu_models=models_of(p.gpu_models), rdma_nics=p.rdma_nics,
-            nic_same_pcie=p.nic_same_pcie, node_selector=dict(p.node_selector),
-            tolerations=tuple(located(f"{pw}.tolerations", lambda t=t: Toleration(t.key, t.operator, t.value,
-                                                                                   t.effect)) for t in p.tolerations),
-            dataset=p.dataset))
-        podsets.append(located(pw, lambda p=p, req=req: PodSet(p.name, p.count, req)))
+        tolerations = []
+        for j, t in enumerate(p.tolerations):
+            with at(f"{pw}.tolerations[{j}]"):
+                tolerations.append(Toleration(t.key, t.operator, t.value, t.effect))
+        cpu = cpu_milli(p.cpu, f"{pw}.cpu")
+        mem = memory_mib(p.memory, f"{pw}.memory")
+        gpu = gpu_request(p, pw)
+        with at(pw):
+            req = TaskRequest(
+                cpu_milli=cpu,
+                memory_mib=mem,
+                gpu=gpu,
+                gpu_models=models_of(p.gpu_models),
+                rdma_nics=p.rdma_nics,
+                nic_same_pcie=p.nic_same_pcie,
+                node_selector=dict(p.node_selector),
+                tolerations=tuple(tolerations),
+                dataset=p.dataset,
+            )
+            podsets.append(PodSet(p.name, p.count, req))
     topo = TopologyConstraint(w.topology.level, w.topology.required) if w.topology else None
-    return located(where, lambda: Workload(
-        name=w.name, podsets=tuple(podsets), min_available=w.min_available or 0, queue=w.queue,
-        priority=w.priority, preemptible=w.preemptible, creation_time=w.creation_time, topology=topo))
+    with at(where):
+        return Workload(
+            name=w.name,
+            podsets=tuple(podsets),
+            min_available=w.min_available or 0,
+            queue=w.queue,
+            priority=w.priority,
+            preemptible=w.preemptible,
+            creation_time=w.creation_time,
+            topology=topo,
+        )
 
 
 def parse_workloads(data: Any, source: str = "workloads") -> tuple[list[Workload], dict[str, float]]:

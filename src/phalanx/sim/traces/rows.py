@@ -1,0 +1,90 @@
+"""CSV reading with row locations, so a bad trace row is reported as `file:line: what is wrong`."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.core.errors import SpecError
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One CSV record and where it came from."""
+
+    source: str
+    line: int
+    values: dict[str, str]
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+    def text(self, col: str, default: str | None = None) -> str:
+        v = self.values.get(col)
+        if v is None or v == "":
+            if default is not None:
+                return default
+            raise SpecError(self.where, f"column {col!r} is empty")
+        return v.strip()
+
+    def int(self, col: str, default: int | None = None, minimum: int | None = 0) -> int:
+        raw = self.values.get(col)
+        if raw is None or raw.strip() == "":
+            if default is not None:
+                return default
+            raise SpecError(self.where, f"column {col!r} is empty")
+        try:
+            f = float(raw)
+        except ValueError:
+            raise SpecError(self.where, f"column {col!r} must be an integer, got {raw!r}") from None
+        if math.isnan(f) or math.isinf(f) or f != int(f):
+            raise SpecError(self.where, f"column {col!r} must be an integer, got {raw!r}")
+        v = int(f)
+        if minimum is not None and v < minimum:
+            raise SpecError(self.where, f"column {col!r} must be >= {minimum}, got {v}")
+        return v
+
+    def float(self, col: str, default: float | None = None, minimum: float | None = 0.0) -> float:
+        raw = self.values.get(col)
+        if raw is None or raw.strip() == "":
+            if default is not None:
+                return default
+            raise SpecError(self.where, f"column {col!r} is empty")
+        try:
+            v = float(raw)
+        except ValueError:
+            raise SpecError(self.where, f"column {col!r} must be a number, got {raw!r}") from None
+        if math.isnan(v) or math.isinf(v):
+            raise SpecError(self.where, f"column {col!r} must be a finite number, got {raw!r}")
+        if minimum is not None and v < minimum:
+            raise SpecError(self.where, f"column {col!r} must be >= {minimum:g}, got {v:g}")
+        return v
+
+
+def read_rows(path: str | Path, required: Sequence[str], delimiter: str = ",") -> Iterator[Row]:
+    """Rows of a CSV file with a header; checks the required columns exist."""
+    p = Path(path)
+    try:
+        fh = p.open(newline="")
+    except OSError as e:
+        raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
+    with fh:
+        reader = csv.reader(fh, delimiter=delimiter)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise SpecError(f"{p}:1", "empty file: expected a header row") from None
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise SpecError(f"{p}:1", f"missing column(s) {', '.join(missing)} (header: {', '.join(header)})")
+        for values in reader:
+            line = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) != len(header):
+                raise SpecError(f"{p}:{line}", f"expected {len(header)} fields, got {len(values)}")
+            yield Row(str(p), line, dict(zip(header, values, strict=True)))

@@ -1,0 +1,39 @@
+"""Lint, types and the layering contract are part of the test suite, so CI keeps them clean."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _tool(name: str) -> str:
+    exe = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(exe).exists():
+        pytest.fail(f"{name} is not installed; install the dev extras: pip install -e '.[dev]'")
+    return exe
+
+
+def test_ruff_clean():
+    r = _run(_tool("ruff"), "check", "src", "tests", "benchmarks")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run(_tool("ruff"), "format", "--check", "src", "tests", "benchmarks")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_clean():
+    r = _run(_tool("mypy"))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_layering_contract_kept():
+    r = _run(_tool("lint-imports"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "broken" in r.stdout and "0 broken" in r.stdout
