@@ -34,7 +34,7 @@ class Allocate:
         by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
         for e in session.ordered_pending():
             by_queue[e.workload.queue].append(e)
-        held = queue_gpu(session)
+        held = dict(session.snapshot.queue_gpu_milli)
         heap = [(held.get(q, 0), q) for q in by_queue]
         heapq.heapify(heap)
         pos = dict.fromkeys(by_queue, 0)
@@ -115,12 +115,3 @@ def same_domain(session: Session, entry: WorkloadEntry) -> np.ndarray | None:
 
 def gpu_milli(entry: WorkloadEntry) -> int:
     return sum(a.devices.milli * len(a.devices.gpus) for a in entry.bound.values())
-
-
-def queue_gpu(session: Session) -> dict[str, int]:
-    """Milli-GPU each queue holds now."""
-    held: dict[str, int] = {}
-    for e in session.snapshot.workloads.values():
-        if e.bound:
-            held[e.workload.queue] = held.get(e.workload.queue, 0) + gpu_milli(e)
-    return held

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from phalanx.cli.bench import bench_app
 from phalanx.cli.schedule import schedule
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Phalanx: a scheduler for AI workloads on Kubernetes."
 )
 app.command("schedule")(schedule)
+app.add_typer(bench_app, name="bench")
 
 
 @app.callback()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from phalanx.core.cluster import BoolArray
+from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import CycleResult, Pending, Reason
 from phalanx.core.devices import default_assignment
 from phalanx.core.extension import FloatArray, PlacementContext
@@ -88,13 +88,19 @@ class Session:
                 total += weight * scorer.score(ctx)
         return total
 
-    def pick(self, scores: FloatArray, alive: BoolArray) -> int:
-        """Index of the best alive candidate; ties broken by the profile's rule."""
+    def pick(self, scores: FloatArray, alive: BoolArray, nodes: IntArray) -> int:
+        """Index of the best alive candidate; ties broken by the profile's rule.
+
+        `name`: the node first in the snapshot's node order (by name unless the driver set
+        `node_rank`); `random`: uniformly among the tied nodes, from the session's rng.
+        """
         masked = np.where(alive, scores, -np.inf)
         best = masked.max()
         ties = np.nonzero(masked == best)[0]
-        if len(ties) == 1 or self.profile.tie_break == "name":
+        if len(ties) == 1:
             return int(ties[0])
+        if self.profile.tie_break == "name":
+            return int(ties[np.argmin(self.snapshot.node_rank[nodes[ties]])])
         return int(ties[self.rng.integers(len(ties))])
 
     def place(self, task: Task, stmt: Statement, restrict: BoolArray | None = None) -> Allocation | None:
@@ -108,7 +114,7 @@ class Session:
         selector = self.profile.device_selector
         c = self.snapshot.cluster
         while alive.any():
-            k = self.pick(scores, alive)
+            k = self.pick(scores, alive, ctx.candidates.nodes)
             i = int(ctx.candidates.nodes[k])
             if selector is not None:
                 devices = selector.select(ctx, k)

@@ -99,6 +99,8 @@ class Snapshot:
             except SpecError as e:
                 raise e.located(f"nodes.{node.name}") from None
         self.cluster = ClusterState(ordered)
+        # tie-break order of nodes (by name); a driver may set another fixed order
+        self.node_rank = np.arange(len(ordered), dtype=np.int64)
         self.has_taints = any(t.effect in ("NoSchedule", "NoExecute") for n in ordered for t in n.taints)
         self.topology_levels: tuple[str, ...] = tuple(topology_levels)
         self.datasets: dict[str, int] = dict(datasets or {})
@@ -109,6 +111,8 @@ class Snapshot:
         self._type_counts: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
         self.types_version = 0
         self.on_node: list[dict[str, Allocation]] = [{} for _ in ordered]
+        self._pending: dict[str, WorkloadEntry] = {}
+        self.queue_gpu_milli: dict[str, int] = {}
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
         for w in workloads:
@@ -126,7 +130,8 @@ class Snapshot:
             raise SpecError(f"node {name!r}", "no such node in the cluster") from None
 
     def pending_workloads(self) -> list[WorkloadEntry]:
-        return [e for e in self.workloads.values() if len(e.bound) < len(e.tasks)]
+        """Workloads with unbound tasks, in the order they were added (kept incrementally)."""
+        return list(self._pending.values())
 
     def static_mask(self, request: TaskRequest) -> BoolArray:
         """Nodes whose labels and taints admit the request (labels and taints never change in a snapshot)."""
@@ -209,6 +214,7 @@ class Snapshot:
             self._check_request(t)
         entry = WorkloadEntry(workload, tasks)
         self.workloads[workload.name] = entry
+        self._pending[workload.name] = entry
         for t in tasks:
             self._tasks[t.name] = (entry, t)
         self._count_types(tasks, +1)
@@ -216,11 +222,13 @@ class Snapshot:
 
     def remove_workload(self, name: str) -> None:
         """Forget a workload, releasing whatever it still holds."""
-        entry = self.workloads.pop(name, None)
+        entry = self.workloads.get(name)
         if entry is None:
             return
         for alloc in list(entry.bound.values()):
             self._unbind(alloc, entry)
+        del self.workloads[name]
+        self._pending.pop(name, None)
         for t in entry.tasks:
             self._tasks.pop(t.name, None)
         self._count_types(entry.tasks, -1)
@@ -326,6 +334,12 @@ class Snapshot:
         entry.bound[alloc.task.name] = alloc
         self.allocations[alloc.task.name] = alloc
         self.on_node[alloc.node][alloc.task.name] = alloc
+        if len(entry.bound) == len(entry.tasks):
+            self._pending.pop(entry.name, None)
+        q = entry.workload.queue
+        self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
+            alloc.devices.gpus
+        )
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
@@ -333,6 +347,9 @@ class Snapshot:
         del entry.bound[alloc.task.name]
         del self.allocations[alloc.task.name]
         del self.on_node[alloc.node][alloc.task.name]
+        self._pending[entry.name] = entry
+        q = entry.workload.queue
+        self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
 
     def _find_task(self, task_name: str) -> tuple[WorkloadEntry, Task]:
         found = self._tasks.get(task_name)

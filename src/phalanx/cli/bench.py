@@ -1,0 +1,119 @@
+"""`phalanx bench fgd` and `phalanx bench diff`: the FGD benchmark and the comparison with the authors' CSVs."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from phalanx.cli.errors import user_errors
+from phalanx.core.errors import SpecError
+from phalanx.profiles import builtin_names, load_profile
+from phalanx.sim.bench import (
+    BenchJob,
+    BenchRow,
+    diff,
+    label,
+    parse_seeds,
+    run_bench,
+    workload_name,
+    write_results,
+)
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against published results.")
+
+
+@bench_app.command("fgd")
+def bench_fgd(
+    nodes: Annotated[Path, typer.Option(help="openb node list CSV (e.g. openb_node_list_gpu_node.csv).")],
+    pods: Annotated[list[Path], typer.Option(help="openb pod list CSV; repeat for several lists.")],
+    policy: Annotated[list[str], typer.Option(help="Policy (profile) name; repeat for several.")],
+    seeds: Annotated[str, typer.Option(help="Seeds, e.g. 42-51.")] = "42-51",
+    tune: Annotated[float, typer.Option(help="Submit until tune x cluster GPU capacity.")] = 1.3,
+    out: Annotated[Path, typer.Option(help="Result CSV (companions: *_frag.csv, *_frag_ratio.csv).")] = Path(
+        "results.csv"
+    ),
+    workers: Annotated[int, typer.Option(help="Worker processes (default: CPU count).")] = 0,
+) -> None:
+    """Run the FGD protocol and write rows in the schema of the authors' analysis_allo_discrete.csv."""
+    with user_errors():
+        for p in policy:
+            load_profile(p)
+        seed_list = parse_seeds(seeds)
+        for f in [nodes, *pods]:
+            if not f.is_file():
+                raise SpecError(str(f), "no such file")
+        if not 0 < tune <= 10:
+            raise SpecError("--tune", f"must be in (0, 10], got {tune}")
+    jobs = [BenchJob(str(nodes), str(p), pol, s, tune) for p in pods for pol in policy for s in seed_list]
+    n_workers = workers or os.cpu_count() or 1
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]fgd bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task("runs", total=len(jobs))
+
+        def done(row: BenchRow) -> None:
+            bar.advance(task)
+
+        with user_errors():
+            rows = run_bench(jobs, n_workers, done)
+    paths = write_results(rows, out)
+    t = Table(title="GPU allocation (%), mean over seeds")
+    for col in ("workload", "policy", "x=100", "x=130", "failed pods"):
+        t.add_column(col)
+    groups: dict[tuple[str, str], list[BenchRow]] = {}
+    for r in rows:
+        groups.setdefault((workload_name(r.job.pods), label(r.job.policy)), []).append(r)
+    for (w, p), rs in groups.items():
+        t.add_row(w, p, _mean(rs, 100), _mean(rs, 130), f"{sum(r.failed for r in rs) / len(rs):.0f}")
+    Console().print(t)
+    typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _mean(rows: list[BenchRow], x: int) -> str:
+    vals = [r.alloc[x] for r in rows if x in r.alloc]
+    return f"{sum(vals) / len(vals):.2f}" if vals else "-"
+
+
+@bench_app.command("diff")
+def bench_diff(
+    ours: Annotated[Path, typer.Argument(help="Our CSV (from `phalanx bench fgd`).")],
+    theirs: Annotated[Path, typer.Argument(help="The authors' CSV in the same schema.")],
+    at: Annotated[str, typer.Option(help="x values (arrived GPU, % of capacity).")] = "50,90,100,130",
+    tolerance: Annotated[float, typer.Option(help="Flag differences larger than this (points).")] = 0.5,
+) -> None:
+    """Mean over seeds of ours vs theirs, point by point."""
+    with user_errors():
+        try:
+            xs = [int(x) for x in at.split(",")]
+        except ValueError:
+            raise SpecError("--at", f"expected integers like 50,90,100,130; got {at!r}") from None
+        rows = diff(ours, theirs, xs)
+    t = Table(title=f"{ours.name} vs {theirs.name} (mean over seeds)")
+    t.add_column("workload")
+    t.add_column("policy")
+    t.add_column("seeds")
+    for x in xs:
+        t.add_column(f"x={x} ours / theirs / delta")
+    for r in rows:
+        cells = []
+        for x in xs:
+            a, b = r.ours[x], r.theirs[x]
+            if math.isnan(b):
+                cells.append(f"{a:.2f} / - / -")
+            else:
+                d = a - b
+                mark = "[red]" if abs(d) > tolerance else ""
+                cells.append(f"{a:.2f} / {b:.2f} / {mark}{d:+.2f}")
+        t.add_row(r.workload, r.policy, str(r.seeds), *cells)
+    Console().print(t)
+
+
+__all__ = ["bench_app", "builtin_names"]
