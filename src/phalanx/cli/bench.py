@@ -1,4 +1,4 @@
-"""`phalanx bench fgd` and `phalanx bench diff`: the FGD benchmark and the comparison with the authors' CSVs."""
+"""`phalanx bench fgd` and `phalanx bench diff`: the FGD benchmark, and our CSV against the authors'."""
 
 from __future__ import annotations
 

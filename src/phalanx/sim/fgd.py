@@ -94,7 +94,7 @@ class FgdRun:
     submitted: int = 0
 
     def discrete(self) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
-        """The artifact's x-axis (arrived GPU as % of capacity, 0..130): allocation %, frag % of total, frag rate %.
+        """Per x = arrived GPU as % of capacity (0..130): allocation %, frag % of all GPUs, frag rate %.
 
         As in `experiments/analysis/merge_*_discrete.py`: round the arrival to 1 % (half to even),
         average the samples at each point, or those within +-1 % when none falls on it.
