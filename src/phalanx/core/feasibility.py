@@ -42,6 +42,24 @@ class Candidates:
             self._rows[k] = row
         return row
 
+    def narrow(self, k: int, mask: BoolArray) -> None:
+        """Restrict candidate k to the GPUs in `mask` (a filter's verdict on single devices)."""
+        self._rows[k] = self.usable(k) & mask
+
+    def usable_all(self) -> BoolArray:
+        """Per-GPU usability of every candidate (rows aligned with `nodes`)."""
+        out = gpu_usable(self.cluster, self.nodes, self.request)
+        for k, row in self._rows.items():
+            out[k] = row
+        return out
+
+    def narrow_all(self, mask: BoolArray) -> BoolArray:
+        """Restrict every candidate to the GPUs in `mask`; return which candidates keep a usable GPU."""
+        rows = self.usable_all() & mask
+        for k in range(len(self.nodes)):
+            self._rows[k] = rows[k]
+        return np.asarray(rows.any(axis=1), dtype=np.bool_)
+
     def subset(self, keep: BoolArray) -> Candidates:
         idx = np.nonzero(keep)[0]
         out = Candidates(self.cluster, self.request, self.nodes[idx])

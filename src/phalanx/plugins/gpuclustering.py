@@ -7,10 +7,14 @@ then nodes with other tags; within a band, fuller nodes score higher.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
+from phalanx.core.cluster import ClusterState
 from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.model import MILLI, GpuKind, TaskRequest
+from phalanx.core.snapshot import Snapshot
 from phalanx.plugins.artifact import MAX_NODE_SCORE, MAX_SPEC_GPU
 
 
@@ -25,23 +29,50 @@ def affinity_tag(req: TaskRequest) -> str:
     return f"{g.devices}x{g.kind.value}"
 
 
+class _Tags:
+    """Which affinity tags each node hosts, refreshed for nodes whose version changed."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.cluster: weakref.ref[ClusterState] = weakref.ref(snapshot.cluster)
+        n = len(snapshot.cluster)
+        self.seen = np.full(n, -1, dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.has: dict[str, np.ndarray] = {}
+
+    def refresh(self, s: Snapshot) -> None:
+        stale = np.nonzero(self.seen != s.cluster.node_version)[0]
+        for i in stale:
+            tags = {affinity_tag(a.task.request) for a in s.on_node[i].values()} - {""}
+            for arr in self.has.values():
+                arr[i] = False
+            for t in tags:
+                if t not in self.has:
+                    self.has[t] = np.zeros(len(self.seen), dtype=np.bool_)
+                self.has[t][i] = True
+            self.count[i] = len(tags)
+            self.seen[i] = s.cluster.node_version[i]
+
+
 class GpuClusteringScorer:
     name = "gpuclustering"
 
+    def __init__(self) -> None:
+        self._tags: _Tags | None = None
+
     def score(self, ctx: PlacementContext) -> FloatArray:
         tag = affinity_tag(ctx.request)
-        n = len(ctx.candidates)
+        rows = ctx.candidates.nodes
         if not tag:
-            return np.zeros(n)
+            return np.zeros(len(rows))
         s = ctx.session.snapshot
-        c = s.cluster
+        if self._tags is None or self._tags.cluster() is not s.cluster:
+            self._tags = _Tags(s)
+        tags = self._tags
+        tags.refresh(s)
         quarter = MAX_NODE_SCORE // 4
-        out = np.zeros(n)
-        for k, i in enumerate(ctx.candidates.nodes):
-            tags = {affinity_tag(a.task.request) for a in s.on_node[i].values()} - {""}
-            base = quarter * (MAX_SPEC_GPU - int(c.gpu_free_total[i])) // MAX_SPEC_GPU
-            if tag in tags:
-                out[k] = base + (3 * quarter if len(tags) == 1 else 2 * quarter)
-            else:
-                out[k] = base + (quarter if not tags else 0)
-        return out
+        base = quarter * (MAX_SPEC_GPU - s.cluster.gpu_free_total[rows]) // MAX_SPEC_GPU
+        has = tags.has.get(tag)
+        mine = has[rows] if has is not None else np.zeros(len(rows), dtype=np.bool_)
+        n = tags.count[rows]
+        band = np.where(mine, np.where(n == 1, 3 * quarter, 2 * quarter), np.where(n == 0, quarter, 0))
+        return np.asarray(base + band, dtype=np.float64)

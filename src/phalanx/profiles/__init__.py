@@ -29,6 +29,7 @@ from phalanx.plugins.locality import LocalityScorer
 from phalanx.plugins.order import PriorityOrder
 from phalanx.plugins.random import RandomScorer
 from phalanx.plugins.topology import GangAffinityScorer, TopologyPlanner
+from phalanx.plugins.wholeguard import WholeGpuGuard
 
 Factory = Callable[..., Any]
 
@@ -48,7 +49,7 @@ SCORERS: Mapping[str, Factory] = {
 SELECTORS: Mapping[str, Factory] = {"bestfit-gpu": BestFitGpu, "random-gpu": RandomGpu, "fgd": FgdScorer}
 ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder}
 PLANNERS: Mapping[str, Factory] = {"topology": TopologyPlanner}
-FILTERS: Mapping[str, Factory] = {}
+FILTERS: Mapping[str, Factory] = {"whole-gpu-guard": WholeGpuGuard}
 
 
 class PluginSpec(BaseModel):

@@ -128,6 +128,7 @@ def run_fgd(
     seed: int = 42,
     log: IO[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    node_rank: Callable[[Snapshot, np.random.Generator], npt.NDArray[np.int64]] | None = None,
 ) -> FgdRun:
     """Submit the pods one at a time through `run_cycle` and record the series."""
     types = typical_task_types(pods)
@@ -137,7 +138,8 @@ def run_fgd(
     rng = np.random.default_rng(seed)
     seq = submission_sequence(pods, capacity, tune, rng)
     # the artifact renames nodes with a random prefix, so its node order is a seeded permutation
-    snap.node_rank = rng.permutation(len(c)).astype(np.int64)
+    perm = rng.permutation(len(c)).astype(np.int64)
+    snap.node_rank = perm if node_rank is None else node_rank(snap, rng)
     metric = FragmentationIndex(c, TypeTable.build(types, c))
     run = FgdRun(total_gpus=int(c.shared_count.sum()))
     arrived = 0
