@@ -116,3 +116,21 @@ def test_statement_evict_and_undo():
     assert snap.cluster.gpu_whole_free[0] == 1
     st2.discard()
     assert snap.cluster.gpu_whole_free[0] == 0
+
+
+def test_capacity_gate_still_places_what_fits_and_keeps_reasons():
+    nodes = [make_node("n").gpus(3).build()]
+    wl = [make_workload(f"w{k}").podset("p", gpu=1).created(k).build() for k in range(10)]
+    wl.append(make_workload("big").podset("p", gpu=4).created(0.5).build())
+    sc = Scenario(nodes, wl)
+    sc.run()
+    assert [sc.bound(f"w{k}") for k in range(10)] == [1, 1, 1] + [0] * 7
+    assert sc.snapshot.workloads["w9"].last_pending is not None
+    assert "not enough GPUs" in sc.snapshot.workloads["big"].last_pending.message
+    sc.complete("w1")
+    sc.run()
+    assert sc.bound("w3") == 1 and sc.bound("w4") == 0
+    # a new arrival is looked at in its first cycle even when nothing fits
+    sc.add(make_workload("late").podset("p", gpu=1).created(99).build())
+    last = sc.cycle()
+    assert last.pending_for("late") is not None

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from phalanx.actions.gang import gang_tasks, place_gang
+from phalanx.actions.gang import gang_key, gang_tasks, place_gang
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -48,6 +48,9 @@ class Allocate:
             pos[q] += 1
             if q in blocked:
                 session.set_pending(entry.name, f"waiting behind {blocked[q]} (strict FIFO in queue {q})")
+            elif session.parked(entry) or no_room(session, entry):
+                if self.strict_fifo:
+                    blocked[q] = entry.name
             else:
                 before = gpu_milli(entry)
                 ok = allocate_workload(session, entry)
@@ -61,7 +64,7 @@ class Allocate:
     def _pods(self, session: Session) -> None:
         entries = session.ordered_pending()
         rank = {e.name: k for k, e in enumerate(entries)}
-        pods = [(t.ordinal, rank[e.name], t, e) for e in entries for t in e.unbound]
+        pods = [(t.ordinal, rank[e.name], t, e) for e in entries if not session.parked(e) for t in e.unbound]
         pods.sort(key=lambda p: (-p[3].workload.priority, p[3].workload.creation_time, p[0], p[1]))
         first_failure: dict[str, str] = {}
         for _, _, task, entry in pods:
@@ -74,7 +77,24 @@ class Allocate:
             if entry.name not in first_failure:
                 first_failure[entry.name] = task.name
                 missing = len(entry.unbound)
-                session.set_pending(entry.name, f"{missing} pod(s) unschedulable, e.g. {task.name}", reasons)
+                session.set_pending(
+                    entry.name,
+                    f"{missing} pod(s) unschedulable, e.g. {task.name}",
+                    reasons,
+                    unschedulable=True,
+                )
+
+
+def no_room(session: Session, entry: WorkloadEntry) -> bool:
+    """The gang's shape already failed this cycle: record it pending without trying again."""
+    if not session.no_room or len(entry.bound) >= entry.workload.gang_size:
+        return False
+    key = gang_key(session, entry)
+    outcome = session.no_room.get(key) if key is not None else None
+    if outcome is None:
+        return False
+    session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
+    return True
 
 
 def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
@@ -84,7 +104,7 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
     if gang:
         outcome = place_gang(session, entry, gang)
         if not outcome.placed:
-            session.set_pending(entry.name, outcome.summary, outcome.reasons)
+            session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
             return False
     left = 0
     restrict = same_domain(session, entry)

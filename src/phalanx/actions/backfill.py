@@ -7,8 +7,9 @@ retried (nothing got freer); those it skipped (strict FIFO) get their chance her
 
 from __future__ import annotations
 
-from phalanx.actions.allocate import allocate_workload
+from phalanx.actions.allocate import allocate_workload, no_room
 from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
 
 
 class Backfill:
@@ -17,16 +18,19 @@ class Backfill:
     def execute(self, session: Session) -> None:
         waiting = [
             e
-            for e in session.snapshot.pending_workloads()
+            for e in session.ordered_pending()
             if len(e.bound) < e.workload.gang_size and e.name not in session.attempted
         ]
-        waiting.sort(
-            key=lambda e: (
-                e.workload.total_gpu_milli,
-                sum(t.request.cpu_milli for t in e.tasks),
-                e.workload.creation_time,
-                e.name,
-            )
-        )
+        waiting.sort(key=size_key)
         for entry in waiting:
-            allocate_workload(session, entry)
+            if not session.parked(entry) and not no_room(session, entry):
+                allocate_workload(session, entry)
+
+
+def size_key(e: WorkloadEntry) -> tuple[object, ...]:
+    key = e.cache.get("size")
+    if key is None:
+        cpu = sum(t.request.cpu_milli for t in e.tasks)
+        key = (e.workload.total_gpu_milli, cpu, e.workload.creation_time, e.name)
+        e.cache["size"] = key
+    return key  # type: ignore[return-value]

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from phalanx.core.decisions import Reason
 from phalanx.core.extension import Domain
-from phalanx.core.model import Task
+from phalanx.core.feasibility import node_capacity
+from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -22,15 +23,76 @@ class GangOutcome:
 
 def gang_tasks(entry: WorkloadEntry) -> tuple[list[Task], list[Task]]:
     """(tasks needed to reach min_available, the optional rest), biggest GPU demand first."""
-    unbound = sorted(entry.unbound, key=lambda t: (-t.request.gpu.total_milli, -t.request.cpu_milli, t.name))
+    cached = entry.cache.get("order")
+    if isinstance(cached, list):
+        order: list[Task] = cached
+    else:
+        order = sorted(entry.tasks, key=lambda t: (-t.request.gpu.total_milli, -t.request.cpu_milli, t.name))
+        entry.cache["order"] = order
+    unbound = [t for t in order if t.name not in entry.bound] if entry.bound else list(order)
     need = max(0, entry.workload.gang_size - len(entry.bound))
     return unbound[:need], unbound[need:]
 
 
+def gang_key(
+    session: Session, entry: WorkloadEntry, tasks: list[Task] | None = None
+) -> tuple[object, ...] | None:
+    """What decides whether a gang fits: its tasks' effective requests and its topology constraint."""
+    topo = entry.workload.topology
+    if topo is not None and topo.required and entry.bound:
+        return None  # tied to where its running tasks are
+    memo = ("gang_key", session.profile.gpu_sharing, len(entry.bound))
+    key = entry.cache.get(memo)
+    if key is None:
+        if tasks is None:
+            tasks = gang_tasks(entry)[0]
+        shapes: dict[tuple[object, ...], int] = {}
+        for t in tasks:
+            k = session.effective(t.request).shape_key
+            shapes[k] = shapes.get(k, 0) + 1
+        key = (tuple(sorted(shapes.items(), key=repr)), topo)
+        entry.cache[memo] = key
+    return key  # type: ignore[return-value]
+
+
+def upper_bound(session: Session, tasks: list[Task]) -> int:
+    """At most how many of `tasks` the free capacity could hold (cheap, never too low)."""
+    counts: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+    for t in tasks:
+        req = session.effective(t.request)
+        k = req.shape_key
+        counts[k] = (req, counts.get(k, (req, 0))[1] + 1)
+    total = 0
+    for req, n in counts.values():
+        total += min(n, int(node_capacity(session.snapshot, req).sum()))
+    return total
+
+
 def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> GangOutcome:
-    """Place all `tasks` in one domain, or none of them."""
+    """Place all `tasks` in one domain, or none of them.
+
+    A gang shape that did not fit earlier in this cycle does not fit now either (placements
+    only take capacity; evictions clear this memo), so it is not tried again.
+    """
     if not tasks:
         return GangOutcome(True)
+    key = gang_key(session, entry, tasks)
+    if key is not None and key in session.no_room:
+        cached: GangOutcome = session.no_room[key]
+        return cached
+    room = upper_bound(session, tasks)
+    if room < len(tasks) and entry.last_pending is not None:
+        # not even the free capacity is there: keep the reason found last time, do no placement work
+        last = entry.last_pending
+        outcome = GangOutcome(False, last.summary, last.reasons)
+    else:
+        outcome = _place_gang(session, entry, tasks)
+    if not outcome.placed and key is not None:
+        session.no_room[key] = outcome
+    return outcome
+
+
+def _place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> GangOutcome:
     planner = session.profile.gang_planner
     domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
@@ -56,7 +118,7 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
             elif len(tasks) > 1:
                 summary = f"gang of {len(tasks)} tasks does not fit: {placed} of {len(tasks)} placed"
             else:
-                summary = f"task {failed.name} does not fit"
+                summary = "task does not fit"
             last = GangOutcome(False, summary, reasons)
         stmt.discard()
     if last is None:

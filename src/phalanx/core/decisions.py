@@ -78,6 +78,8 @@ class Pending:
     workload: str
     summary: str
     reasons: tuple[Reason, ...] = ()
+    # tried and did not fit: nothing will change until capacity is released
+    unschedulable: bool = False
 
     @property
     def message(self) -> str:

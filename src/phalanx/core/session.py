@@ -6,13 +6,16 @@ open a statement, record a pending reason) so that actions stay short recipes.
 
 from __future__ import annotations
 
+import heapq
+from typing import Any
+
 import numpy as np
 
 from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import CycleResult, Pending, Reason
 from phalanx.core.devices import default_assignment
 from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.core.feasibility import explain, find_candidates
+from phalanx.core.feasibility import explain, find_candidates, node_capacity
 from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
@@ -28,25 +31,77 @@ class Session:
         self.committed: list[Op] = []
         self.pending: dict[str, Pending] = {}
         self.attempted: set[str] = set()
+        # gang shapes found not to fit this cycle (cleared when an eviction frees capacity)
+        self.no_room: dict[tuple[object, ...], Any] = {}
         self._open: list[Statement] = []
+        self._gated: list[WorkloadEntry] | None = None
 
     # ----------------------------------------------------------------- ordering
+    def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
+        """Profile order, then age, then name; memoised when every order plugin is static."""
+        static = all(getattr(o, "static", False) for o in self.profile.order)
+        memo = ("order", self.profile.name) if static else None
+        if memo is not None:
+            cached = e.cache.get(memo)
+            if cached is not None:
+                return cached  # type: ignore[return-value]
+        parts: list[object] = []
+        for o in self.profile.order:
+            parts.extend(o.key(self, e))
+        parts.extend((e.workload.creation_time, e.name))
+        key = tuple(parts)
+        if memo is not None:
+            e.cache[memo] = key
+        return key
+
     def ordered_pending(self) -> list[WorkloadEntry]:
-        entries = self.snapshot.pending_workloads()
-        order = self.profile.order
+        """Pending workloads worth a try this cycle, in profile order (see `gated_pending`)."""
+        if self._gated is None:
+            self._gated = sorted(self.gated_pending(), key=self.order_key)
+        return list(self._gated)
 
-        def key(e: WorkloadEntry) -> tuple[object, ...]:
-            parts: list[object] = []
-            for o in order:
-                parts.extend(o.key(self, e))
-            parts.extend((e.workload.creation_time, e.name))
-            return tuple(parts)
+    def gated_pending(self) -> list[WorkloadEntry]:
+        """Pending workloads that could possibly be placed now, plus those never looked at.
 
-        return sorted(entries, key=key)
+        Workloads with the same demand fit or not alike. When the free capacity could hold at
+        most k of a group's gangs (a cheap upper bound), only the group's first k + 1 in order
+        are tried: the rest cannot fit this cycle and keep the reason they were given before.
+        Workloads no cycle has looked at yet, and partly placed ones, are always included.
+        """
+        s = self.snapshot
+        out: list[WorkloadEntry] = []
+        for group in s.pending_groups.values():
+            sample = next(iter(group.values()))
+            k = self.room_for(sample)
+            if k >= len(group) - 1:
+                out.extend(group.values())
+                continue
+            picked = heapq.nsmallest(k + 1, group.values(), key=self.order_key) if k > 0 else []
+            seen = {e.name for e in picked}
+            out.extend(picked)
+            out.extend(
+                e
+                for e in group.values()
+                if e.name not in seen and (e.bound or e.name in s.fresh or e.last_pending is None)
+            )
+        return out
+
+    def room_for(self, entry: WorkloadEntry) -> int:
+        """At most how many gangs like this one the free capacity could hold (cheap upper bound)."""
+        w = entry.workload
+        total = 0
+        counts = []
+        for ps in w.podsets:
+            cap = int(node_capacity(self.snapshot, self.effective(ps.request)).sum())
+            total += min(ps.count, cap)
+            counts.append(cap // ps.count if ps.count else cap)
+        if total < w.gang_size:
+            return 0
+        return max(1, min(counts)) if w.gang_size == w.total_tasks else max(1, total // max(w.gang_size, 1))
 
     # ----------------------------------------------------------------- statements
     def statement(self) -> Statement:
-        st = Statement(self.snapshot, self.committed)
+        st = Statement(self.snapshot, self.committed, on_release=self.no_room.clear)
         self._open.append(st)
         return st
 
@@ -138,9 +193,20 @@ class Session:
         return reasons
 
     def set_pending(
-        self, workload: str, summary: str, reasons: list[Reason] | tuple[Reason, ...] = ()
+        self,
+        workload: str,
+        summary: str,
+        reasons: list[Reason] | tuple[Reason, ...] = (),
+        unschedulable: bool = False,
     ) -> None:
-        self.pending[workload] = Pending(workload, summary, tuple(reasons))
+        self.pending[workload] = Pending(workload, summary, tuple(reasons), unschedulable)
+
+    def parked(self, entry: WorkloadEntry) -> bool:
+        """True if the workload did not fit and no capacity was released since: skip it, keep its reason."""
+        if entry.parked_epoch != self.snapshot.release_epoch or entry.last_pending is None:
+            return False
+        self.pending[entry.name] = entry.last_pending
+        return True
 
     # ----------------------------------------------------------------- result
     def result(self) -> CycleResult:

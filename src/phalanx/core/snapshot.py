@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from phalanx.core.cluster import BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
-from phalanx.core.decisions import Bind, CycleResult, Evict
+from phalanx.core.decisions import Bind, CycleResult, Evict, Pending
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import resolve_geometry
 from phalanx.core.model import Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
@@ -38,6 +38,22 @@ class WorkloadEntry:
     workload: Workload
     tasks: list[Task]
     bound: dict[str, Allocation] = field(default_factory=dict)
+    # set by `Snapshot.apply` when a cycle found the workload unschedulable (kube-scheduler's
+    # unschedulable queue): it is not retried until capacity is released
+    parked_epoch: int = -1
+    last_pending: Pending | None = None
+    # derived facts about the (immutable) workload, memoised by actions
+    cache: dict[object, object] = field(default_factory=dict)
+
+    @property
+    def demand_key(self) -> tuple[object, ...]:
+        """Workloads with equal demand keys fit or not alike (same requests, counts, gang size, topology)."""
+        key = self.cache.get("demand")
+        if key is None:
+            w = self.workload
+            key = (tuple((ps.request.shape_key, ps.count) for ps in w.podsets), w.gang_size, w.topology)
+            self.cache["demand"] = key
+        return key  # type: ignore[return-value]
 
     @property
     def name(self) -> str:
@@ -112,7 +128,12 @@ class Snapshot:
         self.types_version = 0
         self.on_node: list[dict[str, Allocation]] = [{} for _ in ordered]
         self._pending: dict[str, WorkloadEntry] = {}
+        # pending workloads grouped by demand, and those no cycle has looked at yet
+        self.pending_groups: dict[tuple[object, ...], dict[str, WorkloadEntry]] = {}
+        self.fresh: set[str] = set()
         self.queue_gpu_milli: dict[str, int] = {}
+        # bumped whenever capacity is released (task ends or is evicted, node comes back)
+        self.release_epoch = 0
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
         for w in workloads:
@@ -214,7 +235,8 @@ class Snapshot:
             self._check_request(t)
         entry = WorkloadEntry(workload, tasks)
         self.workloads[workload.name] = entry
-        self._pending[workload.name] = entry
+        self._set_pending(entry, True)
+        self.fresh.add(workload.name)
         for t in tasks:
             self._tasks[t.name] = (entry, t)
         self._count_types(tasks, +1)
@@ -228,7 +250,8 @@ class Snapshot:
         for alloc in list(entry.bound.values()):
             self._unbind(alloc, entry)
         del self.workloads[name]
-        self._pending.pop(name, None)
+        self._set_pending(entry, False)
+        self.fresh.discard(name)
         for t in entry.tasks:
             self._tasks.pop(t.name, None)
         self._count_types(entry.tasks, -1)
@@ -269,6 +292,8 @@ class Snapshot:
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         self.cluster.set_ready(self.node_index(name), ready)
+        if ready:
+            self.release_epoch += 1
 
     def apply(self, result: CycleResult, now: float = 0.0) -> None:
         """Carry out a cycle's decisions on this cache (evictions first, then binds)."""
@@ -276,6 +301,14 @@ class Snapshot:
             self.release(ev.task)
         for b in result.binds:
             self.bind_existing(b.task, b.node, self.assignment_of(b), since=now)
+        for b in result.binds:
+            self.fresh.discard(b.workload)
+        for p in result.pending:
+            self.fresh.discard(p.workload)
+            entry = self.workloads.get(p.workload)
+            if entry is not None:
+                entry.last_pending = p
+                entry.parked_epoch = self.release_epoch if p.unschedulable else -1
 
     def assignment_of(self, b: Bind) -> DeviceAssignment:
         """Rebuild array positions from a Bind's device indices."""
@@ -335,7 +368,7 @@ class Snapshot:
         self.allocations[alloc.task.name] = alloc
         self.on_node[alloc.node][alloc.task.name] = alloc
         if len(entry.bound) == len(entry.tasks):
-            self._pending.pop(entry.name, None)
+            self._set_pending(entry, False)
         q = entry.workload.queue
         self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
             alloc.devices.gpus
@@ -347,9 +380,24 @@ class Snapshot:
         del entry.bound[alloc.task.name]
         del self.allocations[alloc.task.name]
         del self.on_node[alloc.node][alloc.task.name]
-        self._pending[entry.name] = entry
+        self._set_pending(entry, True)
+        self.release_epoch += 1
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
+
+    def _set_pending(self, entry: WorkloadEntry, pending: bool) -> None:
+        group = self.pending_groups.get(entry.demand_key)
+        if pending:
+            self._pending[entry.name] = entry
+            if group is None:
+                group = self.pending_groups[entry.demand_key] = {}
+            group[entry.name] = entry
+        else:
+            self._pending.pop(entry.name, None)
+            if group is not None:
+                group.pop(entry.name, None)
+                if not group:
+                    del self.pending_groups[entry.demand_key]
 
     def _find_task(self, task_name: str) -> tuple[WorkloadEntry, Task]:
         found = self._tasks.get(task_name)

@@ -9,6 +9,7 @@ decisions. The session undoes committed operations too when the cycle ends, so
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,10 +26,16 @@ class Op:
 class Statement:
     """A journal of operations on one snapshot."""
 
-    def __init__(self, snapshot: Snapshot, on_commit: list[Op] | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        on_commit: list[Op] | None = None,
+        on_release: Callable[[], None] | None = None,
+    ) -> None:
         self._snapshot = snapshot
         self._ops: list[Op] = []
         self._sink = on_commit
+        self._on_release = on_release
         self._closed = False
 
     @property
@@ -44,6 +51,8 @@ class Statement:
         self._check_open()
         self._snapshot._unbind(alloc)
         self._ops.append(Op("evict", alloc, reason))
+        if self._on_release is not None:
+            self._on_release()
 
     def checkpoint(self) -> int:
         return len(self._ops)

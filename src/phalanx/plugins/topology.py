@@ -11,36 +11,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from phalanx.core.cluster import KIND_MIG, ClusterState
 from phalanx.core.extension import Domain, FloatArray, PlacementContext
-from phalanx.core.model import GpuKind, Task, TaskRequest
+from phalanx.core.feasibility import UNBOUNDED, node_capacity
+from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Snapshot, WorkloadEntry
 
-UNBOUNDED = 1 << 30
-
-
-def node_capacity(s: Snapshot, req: TaskRequest) -> np.ndarray:
-    """How many tasks of `req` each node could still take (an upper bound, cheap to compute)."""
-    c: ClusterState = s.cluster
-    cap = np.full(len(c), UNBOUNDED, dtype=np.int64)
-    if req.cpu_milli:
-        cap = np.minimum(cap, c.cpu_free // req.cpu_milli)
-    if req.memory_mib:
-        cap = np.minimum(cap, c.mem_free // req.memory_mib)
-    g = req.gpu
-    if g.kind is GpuKind.WHOLE:
-        cap = np.minimum(cap, c.gpu_whole_free // g.devices)
-    elif g.kind is GpuKind.FRACTION:
-        cap = np.minimum(cap, (c.gpu_milli_free // g.milli).sum(axis=1) // g.devices)
-    elif g.kind is GpuKind.MEMORY:
-        cap = np.minimum(cap, (c.gpu_mem_free // g.memory_mib).sum(axis=1) // g.devices)
-    elif g.kind is GpuKind.MIG:
-        cap = np.minimum(cap, ((c.gpu_kind == KIND_MIG) & (c.mig_compute < 7)).sum(axis=1) * 7)
-    if req.rdma_nics:
-        cap = np.minimum(cap, c.nic_free.sum(axis=1) // req.rdma_nics)
-    ok = c.node_ready & s.static_mask(req)
-    return np.where(ok, cap, 0)
+__all__ = ["GangAffinityScorer", "TopologyPlanner", "node_capacity"]
 
 
 class TopologyPlanner:

@@ -1,0 +1,73 @@
+"""Jobs of a time-replay trace and how they become workloads (gangs)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import MILLI, GpuRequest, PodSet, TaskRequest, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job of a trace: when it arrives, how long it runs when placed ideally, what it asks for."""
+
+    name: str
+    submit: float
+    duration: float
+    gpus: int
+    tasks: int = 0
+    queue: str = "default"
+    user: str = ""
+    model: str = ""
+    iterations: int | None = None
+    dataset: str = ""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_milli: int = MILLI
+    priority: int = 0
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        where = self.where or f"job {self.name}"
+        if not math.isfinite(self.submit) or self.submit < 0:
+            raise SpecError(where, f"submit time must be a finite number >= 0, got {self.submit}")
+        if not math.isfinite(self.duration) or self.duration <= 0:
+            raise SpecError(where, f"duration must be > 0 seconds, got {self.duration}")
+        if self.gpus < 0:
+            raise SpecError(where, f"GPU count must be >= 0, got {self.gpus}")
+        if self.tasks < 0:
+            raise SpecError(where, f"task count must be >= 0, got {self.tasks}")
+        if not 0 < self.gpu_milli <= MILLI:
+            raise SpecError(where, f"GPU share per task must be in (0, 1000] milli, got {self.gpu_milli}")
+
+    @property
+    def task_count(self) -> int:
+        """One task per GPU unless the trace says otherwise (at least one task)."""
+        if self.tasks:
+            return self.tasks
+        return max(1, self.gpus if self.gpu_milli == MILLI else 1)
+
+    def workload(self) -> Workload:
+        n = self.task_count
+        if self.gpus == 0:
+            gpu = GpuRequest.none()
+        elif self.gpu_milli < MILLI:
+            gpu = GpuRequest.fraction(self.gpu_milli / MILLI)
+        else:
+            per, rest = divmod(self.gpus, n)
+            if rest:
+                raise SpecError(
+                    self.where or f"job {self.name}", f"{self.gpus} GPUs do not split over {n} tasks"
+                )
+            gpu = GpuRequest.whole(per)
+        req = TaskRequest(self.cpu_milli, self.memory_mib, gpu, dataset=self.dataset)
+        return Workload(
+            self.name,
+            (PodSet("worker", n, req),),
+            min_available=n,
+            queue=self.queue,
+            priority=self.priority,
+            creation_time=self.submit,
+        )
