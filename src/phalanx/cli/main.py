@@ -6,11 +6,13 @@ import typer
 
 from phalanx.cli.bench import bench_app
 from phalanx.cli.schedule import schedule
+from phalanx.cli.simulate import simulate
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Phalanx: a scheduler for AI workloads on Kubernetes."
 )
 app.command("schedule")(schedule)
+app.command("simulate")(simulate)
 app.add_typer(bench_app, name="bench")
 
 

@@ -1,0 +1,1 @@
+"""Reports: metrics CSV, plots and an HTML page from simulation experiments."""

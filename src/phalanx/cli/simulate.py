@@ -1,0 +1,263 @@
+"""`phalanx simulate`: replay a trace through the scheduling core and compare profiles."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.cli.errors import user_errors
+from phalanx.core.errors import SpecError
+from phalanx.core.model import Gpu, Node
+from phalanx.profiles import load_profile
+from phalanx.report.render import render
+from phalanx.sim.bench import parse_seeds, workload_name
+from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
+from phalanx.sim.inputs import default_cluster, detect_format, load_cluster, load_jobs
+from phalanx.sim.jobs import JobSpec
+from phalanx.sim.replay import NodeOutage
+from phalanx.sim.runtime import RuntimeModel, load_runtime
+from phalanx.sim.traces import openb, tiresias
+from phalanx.sim.traces.rows import read_rows
+
+DEFAULT_FGD_PROFILES = "phalanx,fgd,bestfit,random"
+DEFAULT_REPLAY_PROFILES = "phalanx,fifo,k8s-default"
+
+
+def _data(name: str) -> Path:
+    return Path(str(resources.files("phalanx.data") / name))
+
+
+def embedded_replay_cluster() -> tuple[list[Node], list[str]]:
+    """4 nodes x 4 V100 in 2 racks: 16 GPUs, small enough that the 60-job trace queues."""
+    nodes = [
+        Node(
+            f"v100-{k}",
+            32_000,
+            256 * 1024,
+            tuple(Gpu(j, "V100", 16384, pcie_switch=j // 2) for j in range(4)),
+            topology={"rack": f"rack{k // 2}"},
+        )
+        for k in range(4)
+    ]
+    return nodes, ["rack"]
+
+
+def _outages(path: Path | None) -> list[NodeOutage]:
+    if path is None:
+        return []
+    out = []
+    for row in read_rows(path, ("node", "start", "end")):
+        start, end = row.float("start"), row.float("end")
+        if end <= start:
+            raise SpecError(row.where, f"outage end {end} must be after start {start}")
+        out.append(NodeOutage(row.text("node"), start, end))
+    return out
+
+
+def simulate(
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trace file (openb pod list, Tiresias/Pollux/generic CSV, "
+            "Gavel .trace or folder, Synergy trace). Default: embedded."
+        ),
+    ] = None,
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini."),
+    ] = None,
+    profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to compare.")] = None,
+    seed: Annotated[str, typer.Option(help="Seed, or seeds (42-44) for the FGD protocol.")] = "42",
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out"),
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="Trace format when it cannot be detected.")
+    ] = None,
+    mapping: Annotated[
+        str | None, typer.Option("--map", help="Generic CSV columns: submit=..,duration=..,gpus=..")
+    ] = None,
+    tune: Annotated[float, typer.Option(help="FGD protocol: submit until tune x GPU capacity.")] = 1.3,
+    load: Annotated[float, typer.Option(help="Time replay: speed arrivals up by this factor.")] = 1.0,
+    runtime: Annotated[Path | None, typer.Option(help="Runtime-model YAML (default: built-in).")] = None,
+    no_spread: Annotated[bool, typer.Option("--no-spread", help="Turn off the spread slowdown.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Turn off the data-cache factor.")] = False,
+    no_sharing: Annotated[
+        bool, typer.Option("--no-sharing", help="Turn off the GPU-sharing slowdown.")
+    ] = False,
+    cycle_interval: Annotated[
+        float, typer.Option(help="Also run a cycle every S seconds while work waits.")
+    ] = 0.0,
+    outages: Annotated[Path | None, typer.Option(help="CSV node,start,end of node failures.")] = None,
+    throughputs: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
+    durations: Annotated[Path | None, typer.Option(help="Synergy per-job run times CSV.")] = None,
+    fgd_results: Annotated[
+        Path | None, typer.Option(help="The FGD authors' analysis_allo_discrete.csv.")
+    ] = None,
+) -> None:
+    """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
+    console = Console(stderr=True)
+    with user_errors():
+        seeds = parse_seeds(seed)
+        if load <= 0:
+            raise SpecError("--load", f"must be > 0, got {load}")
+        fgd_exps: list[FgdExperiment] = []
+        rep_exps: list[ReplayExperiment] = []
+        notes: list[str] = []
+        rt = RuntimeModel(
+            load_runtime(runtime, {"spread": no_spread, "cache": no_cache, "sharing": no_sharing})
+        )
+        if trace is None:
+            notes += [
+                "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
+                "and the Tiresias 60-job trace on 16 V100 GPUs. See src/phalanx/data/README.md."
+            ]
+            nodes = openb.load_nodes(_data("openb-slice-nodes.csv"))
+            pods = openb.load_pods(_data("openb-slice-pods.csv"))
+            fgd_exps.append(
+                FgdExperiment(
+                    "openb-slice", nodes, pods, _profiles(profiles, DEFAULT_FGD_PROFILES), seeds, tune
+                )
+            )
+            rnodes, levels = embedded_replay_cluster()
+            jobs = tiresias.load_jobs(_data("tiresias-60job.csv"))
+            rep_exps.append(
+                ReplayExperiment(
+                    "tiresias-60job",
+                    rnodes,
+                    _speed(jobs, load),
+                    _profiles(profiles, DEFAULT_REPLAY_PROFILES),
+                    levels,
+                    {},
+                    rt,
+                    seeds[0],
+                    cycle_interval,
+                    _outages(outages),
+                )
+            )
+        else:
+            kind = fmt or ("csv" if mapping else detect_format(trace))
+            cl = load_cluster(cluster) if cluster else default_cluster(kind, trace)
+            notes.append(f"Trace {trace} ({kind}); cluster {cl.source}.")
+            if kind == "openb":
+                pods = openb.load_pods(trace)
+                ref = fgd_results or _authors_results(trace)
+                full = cluster is None or cluster.name == "openb_node_list_gpu_node.csv"
+                fgd_exps.append(
+                    FgdExperiment(
+                        workload_name(trace),
+                        cl.nodes,
+                        pods,
+                        _profiles(profiles, DEFAULT_FGD_PROFILES),
+                        seeds,
+                        tune,
+                        ref if full else None,
+                    )
+                )
+            else:
+                jobs = load_jobs(trace, kind, mapping, throughputs, durations)
+                rep_exps.append(
+                    ReplayExperiment(
+                        trace.stem,
+                        cl.nodes,
+                        _speed(jobs, load),
+                        _profiles(profiles, DEFAULT_REPLAY_PROFILES),
+                        cl.levels,
+                        cl.datasets,
+                        rt,
+                        seeds[0],
+                        cycle_interval,
+                        _outages(outages),
+                    )
+                )
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "decisions.jsonl").open("w") as log:
+            for e in fgd_exps:
+                e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+            for r in rep_exps:
+                r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        index = render(out, fgd_exps, rep_exps, "Phalanx simulation", notes)
+    _print(fgd_exps, rep_exps)
+    typer.echo(f"report: {index}")
+
+
+def _profiles(arg: str | None, default: str) -> list[str]:
+    names = [p.strip() for p in (arg or default).split(",") if p.strip()]
+    for n in names:
+        load_profile(n)
+    return names
+
+
+def _speed(jobs: list[JobSpec], load: float) -> list[JobSpec]:
+    if load == 1.0:
+        return jobs
+    t0 = min(j.submit for j in jobs)
+    return [
+        JobSpec(
+            j.name,
+            t0 + (j.submit - t0) / load,
+            j.duration,
+            j.gpus,
+            j.tasks,
+            j.queue,
+            j.user,
+            j.model,
+            j.iterations,
+            j.dataset,
+            j.cpu_milli,
+            j.memory_mib,
+            j.gpu_milli,
+            j.priority,
+            j.where,
+        )
+        for j in jobs
+    ]
+
+
+def _authors_results(trace: Path) -> Path | None:
+    cand = (
+        trace.resolve().parent.parent.parent / "fgd-simulator-expected-results" / "analysis_allo_discrete.csv"
+    )
+    return cand if cand.is_file() else None
+
+
+FGD_SHOW = {
+    "alloc_x90": "alloc@90",
+    "alloc_x100": "alloc@100",
+    "alloc_x130": "alloc@130",
+    "frag_rate_x90": "frag%@90",
+    "failed_pods": "failed",
+}
+REPLAY_SHOW = {
+    "avg_jct_s": "avg JCT s",
+    "p95_jct_s": "p95 JCT s",
+    "avg_wait_s": "avg wait s",
+    "makespan_s": "makespan s",
+    "gpu_alloc_pct": "GPU alloc %",
+    "deadlocked": "deadlocked",
+    "starved": "starved",
+}
+
+
+def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
+    console = Console()
+    for e in fgd:
+        _table(
+            console, f"FGD protocol: {e.name} (GPU allocation %, mean over seeds)", e.summary_rows(), FGD_SHOW
+        )
+    for rep in reps:
+        _table(console, f"Time replay: {rep.name}", rep.summary_rows(), REPLAY_SHOW)
+
+
+def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:
+    t = Table(title=title)
+    t.add_column("profile")
+    for label in show.values():
+        t.add_column(label, justify="right")
+    for r in rows:
+        cells = [r.get(k, "") for k in show]
+        t.add_row(str(r["profile"]), *[f"{v:,.1f}" if isinstance(v, float) else str(v) for v in cells])
+    console.print(t)

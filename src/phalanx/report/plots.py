@@ -1,0 +1,114 @@
+"""PNG plots of the experiments (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
+from phalanx.sim.fgd import XS
+
+X = np.array(list(XS))
+
+
+def fgd_allocation(exp: FgdExperiment, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for prof, y in exp.curves(0).items():
+        ax.plot(X, y, label=f"{prof} (ours)", lw=1.8)
+    for label, y in sorted(exp.reference_curves().items()):
+        ax.plot(X, y, ls="--", lw=1.0, label=f"{label} (authors)")
+    ax.plot(X, np.minimum(X, 100), color="grey", lw=0.6, ls=":", label="arrived (ideal)")
+    ax.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+    ax.set_ylabel("GPU allocation (%)")
+    ax.set_title(f"FGD protocol: {exp.name}")
+    lo = min(80.0, float(np.nanmin([y[90] for y in exp.curves(0).values()] or [80.0])) - 2)
+    ax.set_xlim(0, 130)
+    ax.set_ylim(0, 101)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    inset = ax.inset_axes((0.55, 0.08, 0.42, 0.4))
+    for y in exp.curves(0).values():
+        inset.plot(X, y, lw=1.5)
+    for _, y in sorted(exp.reference_curves().items()):
+        inset.plot(X, y, ls="--", lw=0.8)
+    inset.set_xlim(85, 130)
+    inset.set_ylim(lo, 100)
+    inset.grid(alpha=0.3)
+    inset.tick_params(labelsize=6)
+    return _save(fig, path)
+
+
+def fgd_fragmentation(exp: FgdExperiment, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for prof, y in exp.curves(2).items():
+        ax.plot(X, y, label=prof)
+    ax.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+    ax.set_ylabel("fragmentation rate of idle GPU (%)")
+    ax.set_title(f"Fragmentation (FGD's definition): {exp.name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def jct_cdf(exp: ReplayExperiment, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for prof, res in exp.results.items():
+        jct = np.sort([j.jct for j in res.jobs if j.jct is not None])
+        if len(jct):
+            ax.step(jct, np.arange(1, len(jct) + 1) / len(res.jobs), where="post", label=prof)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (s)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"JCT CDF: {exp.name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def gpu_over_time(exp: ReplayExperiment, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for prof, res in exp.results.items():
+        t = np.array([s.time for s in res.samples])
+        a = np.array([100 * s.gpu_alloc for s in res.samples])
+        if len(t):
+            ax.step(t / 3600, a, where="post", label=prof, lw=1.0)
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("GPUs allocated (%)")
+    ax.set_title(f"GPU allocation over time: {exp.name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def wait_by_queue(exp: ReplayExperiment, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    profiles = list(exp.results)
+    queues = sorted({j.spec.queue for res in exp.results.values() for j in res.jobs})
+    width = 0.8 / max(len(profiles), 1)
+    for k, prof in enumerate(profiles):
+        res = exp.results[prof]
+        means = []
+        for q in queues:
+            w = [j.wait for j in res.jobs if j.spec.queue == q and j.wait is not None]
+            means.append(float(np.mean(w)) if w else 0.0)
+        ax.bar(np.arange(len(queues)) + k * width, means, width, label=prof)
+    ax.set_xticks(np.arange(len(queues)) + 0.4 - width / 2)
+    ax.set_xticklabels(queues, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("mean queueing delay (s)")
+    ax.set_title(f"Queueing delay by queue: {exp.name}")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
