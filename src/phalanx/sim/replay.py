@@ -127,6 +127,7 @@ def replay(
     outages: Sequence[NodeOutage] = (),
     log: IO[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    check: bool = False,
 ) -> ReplayResult:
     types = _task_types(jobs)
     snap = Snapshot(nodes, topology_levels=topology_levels, datasets=datasets, task_types=types)
@@ -188,6 +189,8 @@ def replay(
         result = run_cycle(snap, profile, now, rng)
         snap.apply(result, now)
         out.cycles += 1
+        if check:
+            c.check_invariants()
         for e in result.evictions:
             if e.workload in running:
                 stop(e.workload, now)

@@ -1,0 +1,305 @@
+"""The simulator: determinism, conservation, the FGD protocol's bookkeeping, replay behaviour and loaders."""
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from phalanx.cli.main import app
+from phalanx.cli.simulate import embedded_replay_cluster
+from phalanx.core.errors import SpecError
+from phalanx.core.model import Gpu, Node
+from phalanx.profiles import load_profile
+from phalanx.sim.engine import Engine, Kind
+from phalanx.sim.fgd import FgdRun, run_fgd, submission_sequence, typical_task_types
+from phalanx.sim.jobs import JobSpec
+from phalanx.sim.replay import NodeOutage, replay
+from phalanx.sim.runtime import JobShape, RuntimeModel, default_runtime
+from phalanx.sim.traces import gavel, generic, openb, tiresias
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "phalanx" / "data"
+FIX = Path(__file__).parent / "fixtures"
+runner = CliRunner()
+
+
+def slice_inputs():
+    return openb.load_nodes(DATA / "openb-slice-nodes.csv"), openb.load_pods(DATA / "openb-slice-pods.csv")
+
+
+def test_engine_orders_by_time_then_kind_then_sequence():
+    e = Engine()
+    e.schedule(5.0, Kind.ARRIVAL, "a")
+    e.schedule(5.0, Kind.COMPLETION, "b")
+    e.schedule(1.0, Kind.ARRIVAL, "c")
+    e.schedule(5.0, Kind.ARRIVAL, "d")
+    assert [ev.payload for ev in e.pop_batch()] == ["c"]
+    assert [ev.payload for ev in e.pop_batch()] == ["b", "a", "d"]
+    with pytest.raises(ValueError):
+        e.schedule(1.0, Kind.TICK)
+
+
+def test_fgd_protocol_log_is_identical_to_the_byte_for_a_seed():
+    nodes, pods = slice_inputs()
+    logs = []
+    for _ in range(2):
+        buf = io.StringIO()
+        run_fgd(nodes, pods, load_profile("phalanx"), seed=7, log=buf)
+        logs.append(buf.getvalue())
+    assert logs[0] == logs[1] and len(logs[0]) > 1000
+    other = io.StringIO()
+    run_fgd(nodes, pods, load_profile("phalanx"), seed=8, log=other)
+    assert other.getvalue() != logs[0]
+
+
+def test_fgd_protocol_bookkeeping():
+    nodes, pods = slice_inputs()
+    run = run_fgd(nodes, pods, load_profile("fgd"), seed=1)
+    capacity = run.total_gpus * 1000
+    assert run.arrived_milli[-1] <= 1.3 * capacity
+    assert run.arrived_milli[-1] + 1000 * 8 > 1.3 * capacity  # stopped near the target
+    assert all(u <= capacity for u in run.used_milli)  # conservation at every submission
+    assert all(0 <= r <= 100 for r in run.frag_ratio)
+    assert all(b >= a for a, b in zip(run.used_milli, run.used_milli[1:], strict=False))  # no departures
+    a, f, r = run.discrete()
+    assert set(a) == set(range(131))
+    assert a[100] < 100 and a[50] == pytest.approx(50, abs=1)
+
+
+def test_typical_pods_cover_95_percent_and_sum_to_one():
+    _, pods = slice_inputs()
+    types = typical_task_types(pods)
+    assert sum(t.weight for t in types) == pytest.approx(1.0)
+    weights = [t.weight for t in types]
+    assert weights == sorted(weights, reverse=True)
+
+
+def test_submission_sequence_is_the_shuffled_list_then_resamples():
+    _, pods = slice_inputs()
+    seq = submission_sequence(pods, 1_000_000, 1.3, np.random.default_rng(0))
+    first = [p.name for _, p in seq[: len(pods)]]
+    assert sorted(first) == sorted(p.name for p in pods)
+    assert all("-tuned-" in n for n, _ in seq[len(pods) :])
+    assert sum(p.gpu_milli_total for _, p in seq) <= 1_300_000
+
+
+def test_discretisation_rounds_half_to_even_and_fills_gaps():
+    run = FgdRun(
+        total_gpus=1,
+        arrived_milli=[5, 25, 35, 1000],
+        used_milli=[5, 25, 35, 900],
+        frag_milli=[0] * 4,
+        frag_ratio=[0.0] * 4,
+    )
+    a, _, _ = run.discrete()
+    # x = 2 (25 -> 2.5 rounds to 2), x = 4 (35 -> 3.5 rounds to 4); x = 3 has no sample: mean of 2..4
+    assert a[2] == 2.5 and a[4] == 3.5 and a[3] == 3.0
+    assert 50 not in a
+
+
+def test_replay_is_deterministic_and_conserves_capacity():
+    nodes, levels = embedded_replay_cluster()
+    jobs = tiresias.load_jobs(DATA / "tiresias-60job.csv")
+    logs = []
+    for _ in range(2):
+        buf = io.StringIO()
+        res = replay(nodes, jobs, load_profile("phalanx"), topology_levels=levels, log=buf, check=True)
+        logs.append(buf.getvalue())
+        assert all(0 <= s.gpu_alloc <= 1 for s in res.samples)
+        assert len(res.completed()) == 60
+    assert logs[0] == logs[1]
+
+
+def test_k8s_default_deadlocks_in_the_replay_and_phalanx_does_not():
+    nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384), Gpu(1, "V100", 16384))) for k in range(3)]
+    jobs = [JobSpec("a", 0.0, 100.0, 4), JobSpec("b", 0.0, 100.0, 4)]
+    bad = replay(nodes, jobs, load_profile("k8s-default"))
+    assert sorted(bad.deadlocked) == ["a", "b"] and not bad.completed()
+    good = replay(nodes, jobs, load_profile("phalanx"))
+    assert len(good.completed()) == 2 and not good.deadlocked
+    ends = sorted(j.end for j in good.jobs)
+    assert ends == [100.0, 200.0]
+
+
+def test_runtime_model_penalises_spread_missing_cache_and_sharing():
+    model = RuntimeModel(default_runtime())
+    job = JobShape(gpus=8, duration=1000.0, iterations=1000, model="vgg16")
+    node_level = model.comm_seconds(job, "node")
+    rack_level = model.comm_seconds(job, "rack")
+    cluster_level = model.comm_seconds(job, "cluster")
+    assert node_level < rack_level < cluster_level
+    # vgg16: 553 MB, 8 GPUs over 200 Gb/s: 2*7/8*553e6*8/200e9
+    assert rack_level == pytest.approx(2 * 7 / 8 * 553e6 * 8 / 200e9)
+
+
+def test_replay_spread_makes_cross_rack_gangs_slower():
+    def rack_nodes():
+        return [
+            Node(
+                f"n{k}",
+                32_000,
+                65536,
+                tuple(Gpu(j, "V100", 16384) for j in range(4)),
+                topology={"rack": f"r{k}"},
+            )
+            for k in range(2)
+        ]
+
+    job = [JobSpec("big", 0.0, 1000.0, 8, iterations=1000, model="vgg16")]
+    res = replay(rack_nodes(), job, load_profile("phalanx"), topology_levels=["rack"])
+    assert res.jobs[0].level == "cluster"
+    assert res.jobs[0].end > 1000.0
+    off = replay(
+        rack_nodes(),
+        job,
+        load_profile("phalanx"),
+        topology_levels=["rack"],
+        runtime=RuntimeModel(
+            default_runtime().model_copy(
+                update={"spread": default_runtime().spread.model_copy(update={"enabled": False})}
+            )
+        ),
+    )
+    assert off.jobs[0].end == pytest.approx(1000.0)
+
+
+def test_node_failure_restarts_the_job_and_keeps_its_progress():
+    nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384),)) for k in range(2)]
+    jobs = [JobSpec("j", 0.0, 100.0, 1)]
+    res = replay(nodes, jobs, load_profile("phalanx"), outages=[NodeOutage("n0", 40.0, 500.0)], check=True)
+    j = res.jobs[0]
+    assert j.restarts == 1 and j.end == pytest.approx(100.0)  # 40 s done, 60 s more on n1
+
+
+def test_loaders_report_file_and_line():
+    with pytest.raises(SpecError, match=r"tiresias-bad\.csv:3: column 'duration' must be >= 0, got -5"):
+        tiresias.load_jobs(FIX / "tiresias-bad.csv")
+    with pytest.raises(SpecError, match=r"openb-pods-bad\.csv:3: a 2-GPU pod must take whole GPUs"):
+        openb.load_pods(FIX / "openb-pods-bad.csv")
+    with pytest.raises(SpecError, match=r"openb-nodes-bad\.csv:3: column 'cpu_milli' must be an integer"):
+        openb.load_nodes(FIX / "openb-nodes-bad.csv")
+    table = {("ResNet-50 (batch size 64)", 1): 10.0}
+    with pytest.raises(SpecError, match=r"gavel-bad\.trace:2: expected 7 or 10 tab-separated fields"):
+        gavel.load_trace(FIX / "gavel-bad.trace", table)
+    with pytest.raises(SpecError, match="unknown field 'gpuz'"):
+        generic.parse_mapping("submit=start,duration=d,gpuz=ngpu")
+    with pytest.raises(SpecError, match="needs duration="):
+        generic.parse_mapping("submit=start")
+
+
+def test_generic_csv_with_iso_dates():
+    jobs = generic.load_jobs(
+        FIX / "generic.csv", generic.parse_mapping("submit=start,end=end,gpus=ngpu,queue=vc,name=job")
+    )
+    assert [(j.name, j.submit, j.duration, j.gpus, j.queue) for j in jobs] == [
+        ("a", 0.0, 3600.0, 2, "vc1"),
+        ("b", 1800.0, 600.0, 1, "vc2"),
+    ]
+
+
+def test_gavel_extrapolates_unmeasured_scales():
+    table = {("A3C", 1): 2.0, ("LM", 1): 1.0, ("LM", 8): 6.0}
+    assert gavel.throughput(table, "A3C", 4) == pytest.approx(8.0)
+    assert gavel.throughput(table, "LM", 16) == pytest.approx(12.0)
+    assert gavel.throughput(table, "LM", 8) == 6.0
+    assert gavel.throughput(table, "Unknown", 2) is None
+
+
+def test_simulate_cli_writes_the_report(tmp_path):
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["simulate", "--out", str(out), "--profiles", "phalanx,fgd"])
+    assert r.exit_code == 0, r.output
+    for name in (
+        "index.html",
+        "metrics.csv",
+        "decisions.jsonl",
+        "fgd-alloc-openb-slice.png",
+        "jct-cdf-tiresias-60job.png",
+        "gpu-time-tiresias-60job.png",
+        "wait-queue-tiresias-60job.png",
+    ):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    html = (out / "index.html").read_text()
+    assert "FGD protocol: openb-slice" in html and "Time replay: tiresias-60job" in html
+    metrics = (out / "metrics.csv").read_text().splitlines()
+    assert metrics[0].startswith("experiment,protocol,profile") and len(metrics) == 5
+
+
+def test_simulate_cli_on_a_trace_file_and_bad_input(tmp_path):
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(FIX / "tiresias-ok.csv"),
+            "--cluster",
+            str(Path(tiresias.__file__).parent / "nonexistent.csv"),
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert r.exit_code == 2 and "cannot read file" in r.output
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "node_groups:\n  - {name: n, count: 2, cpu: 32, memory: 64Gi, "
+        "gpus: {count: 4, model: V100, memory: 16Gi}}\n"
+    )
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(FIX / "tiresias-ok.csv"),
+            "--cluster",
+            str(cluster),
+            "--profiles",
+            "phalanx,k8s-default",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["simulate", "--trace", str(FIX / "tiresias-bad.csv"), "--cluster", str(cluster)])
+    assert r.exit_code == 2 and "tiresias-bad.csv:3" in r.output
+
+
+def test_bench_fgd_writes_the_artifact_schema_and_diff_reads_it(tmp_path):
+    out = tmp_path / "res.csv"
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "fgd",
+            "--nodes",
+            str(DATA / "openb-slice-nodes.csv"),
+            "--pods",
+            str(DATA / "openb-slice-pods.csv"),
+            "--policy",
+            "fgd",
+            "--policy",
+            "bestfit",
+            "--seeds",
+            "42",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    head = out.read_text().splitlines()[0].split(",")
+    assert head[:5] == ["workload", "sc_policy", "tune", "seed", "total_gpus"] and head[5:] == [
+        str(x) for x in range(131)
+    ]
+    rows = out.read_text().splitlines()[1:]
+    assert {r.split(",")[1] for r in rows} == {"06-FGD", "05-BestFit"}
+    assert (tmp_path / "res_frag.csv").is_file() and (tmp_path / "res_frag_ratio.csv").is_file()
+    r = runner.invoke(app, ["bench", "diff", str(out), str(out)])
+    assert r.exit_code == 0 and "+0.00" in r.output
+
+
+def test_submission_sequence_tunes_down_a_list_larger_than_the_target():
+    _, pods = slice_inputs()
+    seq = submission_sequence(pods, 100_000, 1.3, np.random.default_rng(0))
+    assert sum(p.gpu_milli_total for _, p in seq) <= 130_000 and len(seq) < len(pods)
