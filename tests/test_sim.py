@@ -62,7 +62,7 @@ def test_fgd_protocol_bookkeeping():
     assert all(u <= capacity for u in run.used_milli)  # conservation at every submission
     assert all(0 <= r <= 100 for r in run.frag_ratio)
     assert all(b >= a for a, b in zip(run.used_milli, run.used_milli[1:], strict=False))  # no departures
-    a, f, r = run.discrete()
+    a, _, _ = run.discrete()
     assert set(a) == set(range(131))
     assert a[100] < 100 and a[50] == pytest.approx(50, abs=1)
 
