@@ -46,3 +46,22 @@ def test_missing_file_and_broken_yaml(tmp_path):
 def test_unknown_profile():
     r = runner.invoke(app, ["schedule", "--profile", "nope"])
     assert r.exit_code == 2 and "unknown profile 'nope'" in r.output
+
+
+def test_readme_first_two_commands_are_setup_plus_simulate_and_the_tests():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert block[0] == "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/phalanx simulate"
+    assert block[1] == ".venv/bin/python -m pytest"
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert ci.strip().splitlines()[-1] == block[1]
+
+
+def test_main_command_runs_with_no_arguments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["simulate"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "index.html").is_file()
+    assert "FGD protocol: openb-slice" in r.output

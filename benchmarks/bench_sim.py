@@ -1,0 +1,154 @@
+"""Simulator benchmarks (issue 3): FGD fidelity, the phalanx profile on every openb pod list, speeds,
+and the time-replay comparison on the Tiresias and Gavel traces.
+
+    python benchmarks/bench_sim.py fidelity  [--seeds 42-51] [--out DIR]   # 6 artifact policies + phalanx, default list
+    python benchmarks/bench_sim.py lists     [--seeds 42-51] [--out DIR]   # fgd and phalanx on all 15 openb lists
+    python benchmarks/bench_sim.py speed                                   # one run, 60 runs, 15K-job replay
+    python benchmarks/bench_sim.py replay                                  # Tiresias and Gavel: phalanx vs fifo vs k8s-default
+
+Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+
+from phalanx.profiles import load_profile
+from phalanx.sim.bench import BenchJob, diff, parse_seeds, run_bench, write_results
+from phalanx.sim.fgd import run_fgd
+from phalanx.sim.replay import replay
+from phalanx.sim.traces import gavel, openb, tiresias
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+OPENB = TRACES / "alibaba-gpu-v2023-openb" / "csv"
+AUTHORS = TRACES / "fgd-simulator-expected-results" / "analysis_allo_discrete.csv"
+NODES = OPENB / "openb_node_list_gpu_node.csv"
+ARTIFACT = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"]
+XS = (50, 90, 100, 130)
+
+
+def fidelity(seeds: list[int], out: Path) -> None:
+    jobs = [BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), p, s, 1.3)
+            for p in [*ARTIFACT, "phalanx"] for s in seeds]
+    t = time.perf_counter()
+    rows = run_bench(jobs, 2)
+    print(f"<!-- {len(jobs)} runs in {time.perf_counter() - t:.0f} s -->")
+    paths = write_results(rows, out / "fidelity.csv")
+    print("| policy | " + " | ".join(f"x={x} ours / authors / delta" for x in XS) + " |")
+    print("|---|" + "---|" * len(XS))
+    for r in diff(paths[0], AUTHORS, XS):
+        cells = []
+        for x in XS:
+            a, b = r.ours[x], r.theirs[x]
+            cells.append(f"{a:.2f} / -" if math.isnan(b) else f"{a:.2f} / {b:.2f} / {a - b:+.2f}")
+        print(f"| {r.policy} | " + " | ".join(cells) + " |")
+
+
+def lists(seeds: list[int], out: Path) -> None:
+    files = sorted(OPENB.glob("openb_pod_list_*.csv"))
+    jobs = [BenchJob(str(NODES), str(f), p, s, 1.3) for f in files for p in ("fgd", "phalanx") for s in seeds]
+    t = time.perf_counter()
+    rows = run_bench(jobs, 2)
+    print(f"<!-- {len(jobs)} runs in {time.perf_counter() - t:.0f} s -->")
+    path = write_results(rows, out / "lists.csv")[0]
+    theirs = {(r.workload, r.policy): r.theirs for r in diff(path, AUTHORS, (100, 130))}
+    ours = {(r.workload, r.policy): r.ours for r in diff(path, AUTHORS, (100, 130))}
+    print("| pod list | FGD authors x=100 / 130 | FGD ours x=100 / 130 | phalanx x=100 / 130 | phalanx - FGD (ours) |")
+    print("|---|---|---|---|---|")
+    for f in files:
+        w = f.stem
+        a = theirs.get((w, "06-FGD"), {100: math.nan, 130: math.nan})
+        o = ours[(w, "06-FGD")]
+        p = ours[(w, "07-Phalanx")]
+        auth = "-" if math.isnan(a[100]) else f"{a[100]:.2f} / {a[130]:.2f}"
+        print(f"| {w.removeprefix('openb_pod_list_')} | {auth} | {o[100]:.2f} / {o[130]:.2f} | "
+              f"{p[100]:.2f} / {p[130]:.2f} | {p[100] - o[100]:+.2f} / {p[130] - o[130]:+.2f} |")
+
+
+def _one_fgd(q: mp.Queue) -> None:
+    nodes = openb.load_nodes(NODES)
+    pods = openb.load_pods(OPENB / "openb_pod_list_default.csv")
+    t = time.perf_counter()
+    run = run_fgd(nodes, pods, load_profile("phalanx"), seed=42)
+    q.put((time.perf_counter() - t, run.submitted, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def gavel_jobs() -> list:
+    table = gavel.load_throughputs(TRACES / "gavel-traces" / "simulation_throughputs.json")
+    jobs = []
+    for f in sorted((TRACES / "gavel-traces" / "msr" / "seed=0").glob("*.trace")):
+        jobs += gavel.load_trace(f, table)
+    return jobs
+
+
+def speed() -> None:
+    ctx = mp.get_context("spawn")
+    q: mp.Queue = ctx.Queue()
+    p = ctx.Process(target=_one_fgd, args=(q,))
+    p.start()
+    secs, submitted, rss = q.get()
+    p.join()
+    print(f"| one FGD-protocol run, phalanx, default list (1,213 nodes, {submitted:,} submissions, "
+          f"fragmentation metric after each) | {secs:.1f} s | target 10 s | peak RSS {rss:.0f} MiB |")
+    seeds = list(range(42, 52))
+    jobs = [BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), pol, s, 1.3)
+            for pol in ARTIFACT for s in seeds]
+    t = time.perf_counter()
+    run_bench(jobs, 2)
+    print(f"| 10 seeds x 6 policies, default list, 2 processes | {time.perf_counter() - t:.0f} s | target 300 s | |")
+    jobs_g = gavel_jobs()
+    nodes, levels = gavel.philly_cluster()
+    t = time.perf_counter()
+    res = replay(nodes, jobs_g, load_profile("phalanx"), topology_levels=levels)
+    print(f"| time replay, Gavel msr seed 0 ({len(jobs_g):,} jobs, 500 GPUs), phalanx | "
+          f"{time.perf_counter() - t:.0f} s | target 60 s | {res.cycles:,} cycles |")
+
+
+def replays() -> None:
+    from phalanx.cli.simulate import embedded_replay_cluster
+
+    cases = []
+    tj = tiresias.load_jobs(TRACES / "tiresias-samples" / "60_job.csv")
+    n16, l16 = embedded_replay_cluster()
+    cases.append(("Tiresias 60 jobs, 16 V100 (4 x 4, 2 racks)", n16, l16, tj))
+    n64, l64 = tiresias.load_cluster(TRACES / "tiresias-samples" / "cluster_spec.csv")
+    cases.append(("Tiresias 60 jobs, cluster_spec (64 GPUs)", n64, l64, tj))
+    gn, gl = gavel.philly_cluster()
+    cases.append(("Gavel msr seed 0, 15,264 jobs, 500 V100", gn, gl, gavel_jobs()))
+    print("| trace | profile | avg JCT (s) | median JCT (s) | p95 JCT (s) | avg wait (s) | makespan (s) "
+          "| GPU alloc (%) | deadlocked | starved | wall (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, nodes, levels, jobs in cases:
+        for prof in ("phalanx", "fifo", "k8s-default"):
+            t = time.perf_counter()
+            s = replay(nodes, jobs, load_profile(prof), topology_levels=levels).summary()
+            print(f"| {name} | {prof} | {s['avg_jct_s']:,.0f} | {s['median_jct_s']:,.0f} | {s['p95_jct_s']:,.0f} | "
+                  f"{s['avg_wait_s']:,.0f} | {s['makespan_s']:,.0f} | {s['gpu_alloc_pct']:.1f} | {s['deadlocked']} | "
+                  f"{s['starved']} | {time.perf_counter() - t:.0f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["fidelity", "lists", "speed", "replay"])
+    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--out", default="/tmp/phalanx-bench")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.what == "fidelity":
+        fidelity(parse_seeds(args.seeds), out)
+    elif args.what == "lists":
+        lists(parse_seeds(args.seeds), out)
+    elif args.what == "speed":
+        speed()
+    else:
+        replays()
+
+
+if __name__ == "__main__":
+    main()
