@@ -1,10 +1,10 @@
 """Simulator benchmarks (issue 3): FGD fidelity, the phalanx profile on every openb pod list, speeds,
 and the time-replay comparison on the Tiresias and Gavel traces.
 
-    python benchmarks/bench_sim.py fidelity  [--seeds 42-51] [--out DIR]   # 6 artifact policies + phalanx, default list
-    python benchmarks/bench_sim.py lists     [--seeds 42-51] [--out DIR]   # fgd and phalanx on all 15 openb lists
-    python benchmarks/bench_sim.py speed                                   # one run, 60 runs, 15K-job replay
-    python benchmarks/bench_sim.py replay                                  # Tiresias and Gavel: phalanx vs fifo vs k8s-default
+    python benchmarks/bench_sim.py fidelity [--seeds 42-51]  # 6 artifact policies + phalanx, default list
+    python benchmarks/bench_sim.py lists [--seeds 42-51]     # fgd and phalanx on all 15 openb lists
+    python benchmarks/bench_sim.py speed                     # one run, 60 runs, the 15K-job replay
+    python benchmarks/bench_sim.py replay                    # Tiresias, Gavel: phalanx, fifo, k8s-default
 
 Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
 """
@@ -33,8 +33,11 @@ XS = (50, 90, 100, 130)
 
 
 def fidelity(seeds: list[int], out: Path) -> None:
-    jobs = [BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), p, s, 1.3)
-            for p in [*ARTIFACT, "phalanx"] for s in seeds]
+    jobs = [
+        BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), p, s, 1.3)
+        for p in [*ARTIFACT, "phalanx"]
+        for s in seeds
+    ]
     t = time.perf_counter()
     rows = run_bench(jobs, 2)
     print(f"<!-- {len(jobs)} runs in {time.perf_counter() - t:.0f} s -->")
@@ -58,7 +61,9 @@ def lists(seeds: list[int], out: Path) -> None:
     path = write_results(rows, out / "lists.csv")[0]
     theirs = {(r.workload, r.policy): r.theirs for r in diff(path, AUTHORS, (100, 130))}
     ours = {(r.workload, r.policy): r.ours for r in diff(path, AUTHORS, (100, 130))}
-    print("| pod list | FGD authors x=100 / 130 | FGD ours x=100 / 130 | phalanx x=100 / 130 | phalanx - FGD (ours) |")
+    print(
+        "| pod list | FGD authors x=100 / 130 | FGD ours x=100 / 130 | phalanx x=100 / 130 | phalanx - FGD (ours) |"
+    )
     print("|---|---|---|---|---|")
     for f in files:
         w = f.stem
@@ -66,8 +71,10 @@ def lists(seeds: list[int], out: Path) -> None:
         o = ours[(w, "06-FGD")]
         p = ours[(w, "07-Phalanx")]
         auth = "-" if math.isnan(a[100]) else f"{a[100]:.2f} / {a[130]:.2f}"
-        print(f"| {w.removeprefix('openb_pod_list_')} | {auth} | {o[100]:.2f} / {o[130]:.2f} | "
-              f"{p[100]:.2f} / {p[130]:.2f} | {p[100] - o[100]:+.2f} / {p[130] - o[130]:+.2f} |")
+        print(
+            f"| {w.removeprefix('openb_pod_list_')} | {auth} | {o[100]:.2f} / {o[130]:.2f} | "
+            f"{p[100]:.2f} / {p[130]:.2f} | {p[100] - o[100]:+.2f} / {p[130] - o[130]:+.2f} |"
+        )
 
 
 def _one_fgd(q: mp.Queue) -> None:
@@ -93,20 +100,29 @@ def speed() -> None:
     p.start()
     secs, submitted, rss = q.get()
     p.join()
-    print(f"| one FGD-protocol run, phalanx, default list (1,213 nodes, {submitted:,} submissions, "
-          f"fragmentation metric after each) | {secs:.1f} s | target 10 s | peak RSS {rss:.0f} MiB |")
+    print(
+        f"| one FGD-protocol run, phalanx, default list (1,213 nodes, {submitted:,} submissions, "
+        f"fragmentation metric after each) | {secs:.1f} s | target 10 s | peak RSS {rss:.0f} MiB |"
+    )
     seeds = list(range(42, 52))
-    jobs = [BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), pol, s, 1.3)
-            for pol in ARTIFACT for s in seeds]
+    jobs = [
+        BenchJob(str(NODES), str(OPENB / "openb_pod_list_default.csv"), pol, s, 1.3)
+        for pol in ARTIFACT
+        for s in seeds
+    ]
     t = time.perf_counter()
     run_bench(jobs, 2)
-    print(f"| 10 seeds x 6 policies, default list, 2 processes | {time.perf_counter() - t:.0f} s | target 300 s | |")
+    print(
+        f"| 10 seeds x 6 policies, default list, 2 processes | {time.perf_counter() - t:.0f} s | target 300 s | |"
+    )
     jobs_g = gavel_jobs()
     nodes, levels = gavel.philly_cluster()
     t = time.perf_counter()
     res = replay(nodes, jobs_g, load_profile("phalanx"), topology_levels=levels)
-    print(f"| time replay, Gavel msr seed 0 ({len(jobs_g):,} jobs, 500 GPUs), phalanx | "
-          f"{time.perf_counter() - t:.0f} s | target 60 s | {res.cycles:,} cycles |")
+    print(
+        f"| time replay, Gavel msr seed 0 ({len(jobs_g):,} jobs, 500 GPUs), phalanx | "
+        f"{time.perf_counter() - t:.0f} s | target 60 s | {res.cycles:,} cycles |"
+    )
 
 
 def replays() -> None:
@@ -120,16 +136,21 @@ def replays() -> None:
     cases.append(("Tiresias 60 jobs, cluster_spec (64 GPUs)", n64, l64, tj))
     gn, gl = gavel.philly_cluster()
     cases.append(("Gavel msr seed 0, 15,264 jobs, 500 V100", gn, gl, gavel_jobs()))
-    print("| trace | profile | avg JCT (s) | median JCT (s) | p95 JCT (s) | avg wait (s) | makespan (s) "
-          "| GPU alloc (%) | deadlocked | starved | wall (s) |")
+    print(
+        "| trace | profile | avg JCT (s) | median JCT (s) | p95 JCT (s) | avg wait (s) | makespan (s) "
+        "| GPU alloc (%) | deadlocked | starved | wall (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, nodes, levels, jobs in cases:
         for prof in ("phalanx", "fifo", "k8s-default"):
             t = time.perf_counter()
             s = replay(nodes, jobs, load_profile(prof), topology_levels=levels).summary()
-            print(f"| {name} | {prof} | {s['avg_jct_s']:,.0f} | {s['median_jct_s']:,.0f} | {s['p95_jct_s']:,.0f} | "
-                  f"{s['avg_wait_s']:,.0f} | {s['makespan_s']:,.0f} | {s['gpu_alloc_pct']:.1f} | {s['deadlocked']} | "
-                  f"{s['starved']} | {time.perf_counter() - t:.0f} |", flush=True)
+            print(
+                f"| {name} | {prof} | {s['avg_jct_s']:,.0f} | {s['median_jct_s']:,.0f} | {s['p95_jct_s']:,.0f} | "
+                f"{s['avg_wait_s']:,.0f} | {s['makespan_s']:,.0f} | {s['gpu_alloc_pct']:.1f} | {s['deadlocked']} | "
+                f"{s['starved']} | {time.perf_counter() - t:.0f} |",
+                flush=True,
+            )
 
 
 def main() -> None:

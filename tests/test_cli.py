@@ -53,7 +53,10 @@ def test_readme_first_two_commands_are_setup_plus_simulate_and_the_tests():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
-    assert block[0] == "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/phalanx simulate"
+    assert (
+        block[0]
+        == "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/phalanx simulate"
+    )
     assert block[1] == ".venv/bin/python -m pytest"
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     assert ci.strip().splitlines()[-1] == block[1]

@@ -46,9 +46,7 @@ class Allocate:
                 continue
             entry = entries[pos[q]]
             pos[q] += 1
-            if q in blocked:
-                session.set_pending(entry.name, f"waiting behind {blocked[q]} (strict FIFO in queue {q})")
-            elif session.parked(entry) or no_room(session, entry):
+            if session.parked(entry) or no_room(session, entry):
                 if self.strict_fifo:
                     blocked[q] = entry.name
             else:
@@ -58,7 +56,14 @@ class Allocate:
                     held[q] = held.get(q, 0) + gpu_milli(entry) - before
                 elif self.strict_fifo:
                     blocked[q] = entry.name
-            if pos[q] < len(entries):
+            if q in blocked:
+                # the rest of a blocked queue waits; only workloads without a reason yet get one
+                why = f"waiting behind {blocked[q]} (strict FIFO in queue {q})"
+                for rest in entries[pos[q] :]:
+                    last = rest.last_pending
+                    if last is None or last.summary != why:
+                        session.set_pending(rest.name, why)
+            elif pos[q] < len(entries):
                 heapq.heappush(heap, (held.get(q, 0), q))
 
     def _pods(self, session: Session) -> None:

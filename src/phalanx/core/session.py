@@ -69,21 +69,27 @@ class Session:
         Workloads no cycle has looked at yet, and partly placed ones, are always included.
         """
         s = self.snapshot
+        natural = all(getattr(o, "natural", False) for o in self.profile.order)
+        special = s.fresh | s.partial
         out: list[WorkloadEntry] = []
-        for group in s.pending_groups.values():
+        for key, group in s.pending_groups.items():
             sample = next(iter(group.values()))
             k = self.room_for(sample)
             if k >= len(group) - 1:
                 out.extend(group.values())
                 continue
-            picked = heapq.nsmallest(k + 1, group.values(), key=self.order_key) if k > 0 else []
+            if k <= 0:
+                picked: list[WorkloadEntry] = []
+            elif natural:
+                picked = [group[name] for *_, name in s.group_order[key][: k + 1]]
+            else:
+                picked = heapq.nsmallest(k + 1, group.values(), key=self.order_key)
             seen = {e.name for e in picked}
             out.extend(picked)
-            out.extend(
-                e
-                for e in group.values()
-                if e.name not in seen and (e.bound or e.name in s.fresh or e.last_pending is None)
-            )
+            if len(special) < len(group):
+                out.extend(group[n] for n in special if n in group and n not in seen)
+            else:
+                out.extend(e for n, e in group.items() if n in special and n not in seen)
         return out
 
     def room_for(self, entry: WorkloadEntry) -> int:

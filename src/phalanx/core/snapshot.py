@@ -7,6 +7,7 @@ and updates it between cycles with `add_workload`, `apply`, `release` and friend
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,12 @@ class WorkloadEntry:
         return len(self.bound) == len(self.tasks)
 
 
+def natural_key(entry: WorkloadEntry) -> tuple[int, float, str]:
+    """Higher priority first, then older, then by name."""
+    w = entry.workload
+    return (-w.priority, w.creation_time, w.name)
+
+
 @dataclass(frozen=True, slots=True)
 class ForeignUsage:
     """Capacity used on a node by something Phalanx does not schedule (other schedulers' pods)."""
@@ -130,6 +137,9 @@ class Snapshot:
         self._pending: dict[str, WorkloadEntry] = {}
         # pending workloads grouped by demand, and those no cycle has looked at yet
         self.pending_groups: dict[tuple[object, ...], dict[str, WorkloadEntry]] = {}
+        # each group's names in natural order (priority, then age, then name), and partly bound ones
+        self.group_order: dict[tuple[object, ...], list[tuple[int, float, str]]] = {}
+        self.partial: set[str] = set()
         self.fresh: set[str] = set()
         self.queue_gpu_milli: dict[str, int] = {}
         # bumped whenever capacity is released (task ends or is evicted, node comes back)
@@ -369,6 +379,8 @@ class Snapshot:
         self.on_node[alloc.node][alloc.task.name] = alloc
         if len(entry.bound) == len(entry.tasks):
             self._set_pending(entry, False)
+        else:
+            self.partial.add(entry.name)
         q = entry.workload.queue
         self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
             alloc.devices.gpus
@@ -381,23 +393,36 @@ class Snapshot:
         del self.allocations[alloc.task.name]
         del self.on_node[alloc.node][alloc.task.name]
         self._set_pending(entry, True)
+        if not entry.bound:
+            self.partial.discard(entry.name)
         self.release_epoch += 1
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
 
     def _set_pending(self, entry: WorkloadEntry, pending: bool) -> None:
-        group = self.pending_groups.get(entry.demand_key)
+        key = entry.demand_key
+        group = self.pending_groups.get(key)
+        nat = natural_key(entry)
         if pending:
             self._pending[entry.name] = entry
             if group is None:
-                group = self.pending_groups[entry.demand_key] = {}
-            group[entry.name] = entry
+                group = self.pending_groups[key] = {}
+                self.group_order[key] = []
+            if entry.name not in group:
+                group[entry.name] = entry
+                bisect.insort(self.group_order[key], nat)
+            if entry.bound:
+                self.partial.add(entry.name)
         else:
             self._pending.pop(entry.name, None)
-            if group is not None:
-                group.pop(entry.name, None)
+            self.partial.discard(entry.name)
+            if group is not None and entry.name in group:
+                del group[entry.name]
+                order = self.group_order[key]
+                del order[bisect.bisect_left(order, nat)]
                 if not group:
-                    del self.pending_groups[entry.demand_key]
+                    del self.pending_groups[key]
+                    del self.group_order[key]
 
     def _find_task(self, task_name: str) -> tuple[WorkloadEntry, Task]:
         found = self._tasks.get(task_name)
