@@ -62,7 +62,9 @@ def test_two_gpu_kinds_at_once():
 
 
 def test_bad_cluster_quantities_and_duplicates():
-    with pytest.raises(SpecError, match=r"c\.yaml: nodes\[0\]\.memory: memory must be MiB or a quantity"):
+    with pytest.raises(
+        SpecError, match=r"c\.yaml: nodes\[0\]\.memory: memory \(MiB\) must be a number or a quantity"
+    ):
         parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": "lots"}]}, "c.yaml")
     with pytest.raises(SpecError, match="duplicate node name"):
         nodes, _, _ = parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": 8}] * 2}, "c.yaml")

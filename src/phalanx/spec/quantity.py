@@ -8,7 +8,7 @@ import re
 from phalanx.core.errors import SpecError
 
 _MEM_UNITS = {
-    "": 1 / (1024 * 1024),
+    "": 1.0,
     "k": 1e3,
     "M": 1e6,
     "G": 1e9,
@@ -41,39 +41,30 @@ def cpu_milli(value: object, where: str) -> int:
     return round(out)
 
 
-def memory_mib(value: object, where: str) -> int:
-    """A plain number is MiB; strings take Kubernetes suffixes (Gi, Mi, G, ...). Result in MiB."""
+def _binary(value: object, where: str, what: str, example: str, plain_bytes: float) -> float:
+    """A number (in units of `plain_bytes` bytes) or a quantity with a suffix, in bytes."""
     if isinstance(value, bool):
-        raise SpecError(where, f"memory must be MiB or a quantity like 64Gi, got {value!r}")
+        raise SpecError(where, f"{what} must be a number or a quantity like {example}, got {value!r}")
     if isinstance(value, int | float):
-        out = float(value)
+        out = float(value) * plain_bytes
     elif isinstance(value, str):
         m = _QTY.match(value)
         if not m or m.group(2) not in _MEM_UNITS:
-            raise SpecError(where, f"memory must be MiB or a quantity like 64Gi / 512Mi / 80G, got {value!r}")
+            raise SpecError(where, f"{what} must be a number or a quantity like {example}, got {value!r}")
         unit = m.group(2)
-        out = float(m.group(1)) if unit == "" else float(m.group(1)) * _MEM_UNITS[unit] / 1024**2
+        out = float(m.group(1)) * (plain_bytes if unit == "" else _MEM_UNITS[unit])
     else:
-        raise SpecError(where, f"memory must be a number or a string, got {type(value).__name__}")
+        raise SpecError(where, f"{what} must be a number or a string, got {type(value).__name__}")
     if out < 0 or math.isnan(out) or math.isinf(out):
-        raise SpecError(where, f"memory must be >= 0, got {value!r}")
-    return round(out)
+        raise SpecError(where, f"{what} must be >= 0, got {value!r}")
+    return out
+
+
+def memory_mib(value: object, where: str) -> int:
+    """A plain number is MiB; strings take Kubernetes suffixes (Gi, Mi, G, ...). Result in MiB."""
+    return round(_binary(value, where, "memory (MiB)", "64Gi / 512Mi / 80G", 1024**2) / 1024**2)
 
 
 def size_bytes(value: object, where: str) -> int:
     """Bytes as a number, or a quantity like 150Gi / 2T."""
-    if isinstance(value, bool):
-        raise SpecError(where, f"size must be bytes or a quantity like 150Gi, got {value!r}")
-    if isinstance(value, int | float):
-        out = float(value)
-    elif isinstance(value, str):
-        m = _QTY.match(value)
-        if not m or m.group(2) not in _MEM_UNITS:
-            raise SpecError(where, f"size must be bytes or a quantity like 150Gi, got {value!r}")
-        unit = m.group(2)
-        out = float(m.group(1)) * (1 if unit == "" else _MEM_UNITS[unit])
-    else:
-        raise SpecError(where, f"size must be a number or a string, got {type(value).__name__}")
-    if out < 0 or math.isnan(out) or math.isinf(out):
-        raise SpecError(where, f"size must be >= 0, got {value!r}")
-    return round(out)
+    return round(_binary(value, where, "size (bytes)", "150Gi", 1.0))

@@ -31,35 +31,37 @@ class Row:
             raise SpecError(self.where, f"column {col!r} is empty")
         return v.strip()
 
-    def int(self, col: str, default: int | None = None, minimum: int | None = 0) -> int:
+    def _number(self, col: str, default: float | None, kind: str) -> float | None:
         raw = self.values.get(col)
         if raw is None or raw.strip() == "":
             if default is not None:
-                return default
+                return None
             raise SpecError(self.where, f"column {col!r} is empty")
         try:
-            f = float(raw)
+            v = float(raw)
         except ValueError:
-            raise SpecError(self.where, f"column {col!r} must be an integer, got {raw!r}") from None
-        if math.isnan(f) or math.isinf(f) or f != int(f):
-            raise SpecError(self.where, f"column {col!r} must be an integer, got {raw!r}")
+            raise SpecError(self.where, f"column {col!r} must be {kind}, got {raw!r}") from None
+        if math.isnan(v) or math.isinf(v):
+            raise SpecError(self.where, f"column {col!r} must be {kind}, got {raw!r}")
+        return v
+
+    def int(self, col: str, default: int | None = None, minimum: int | None = 0) -> int:
+        f = self._number(col, default, "an integer")
+        if f is None:
+            assert default is not None
+            return default
+        if f != int(f):
+            raise SpecError(self.where, f"column {col!r} must be an integer, got {self.values[col]!r}")
         v = int(f)
         if minimum is not None and v < minimum:
             raise SpecError(self.where, f"column {col!r} must be >= {minimum}, got {v}")
         return v
 
     def float(self, col: str, default: float | None = None, minimum: float | None = 0.0) -> float:
-        raw = self.values.get(col)
-        if raw is None or raw.strip() == "":
-            if default is not None:
-                return default
-            raise SpecError(self.where, f"column {col!r} is empty")
-        try:
-            v = float(raw)
-        except ValueError:
-            raise SpecError(self.where, f"column {col!r} must be a number, got {raw!r}") from None
-        if math.isnan(v) or math.isinf(v):
-            raise SpecError(self.where, f"column {col!r} must be a finite number, got {raw!r}")
+        v = self._number(col, default, "a finite number")
+        if v is None:
+            assert default is not None
+            return default
         if minimum is not None and v < minimum:
             raise SpecError(self.where, f"column {col!r} must be >= {minimum:g}, got {v:g}")
         return v
