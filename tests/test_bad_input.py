@@ -67,7 +67,7 @@ def test_bad_cluster_quantities_and_duplicates():
     ):
         parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": "lots"}]}, "c.yaml")
     with pytest.raises(SpecError, match="duplicate node name"):
-        nodes, _, _ = parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": 8}] * 2}, "c.yaml")
+        nodes = parse_cluster({"nodes": [{"name": "a", "cpu": 8, "memory": 8}] * 2}, "c.yaml").nodes
         Snapshot(nodes)
     with pytest.raises(SpecError, match="has no known MIG geometry"):
         parse_cluster(
@@ -106,7 +106,7 @@ def test_invalid_pre_partitioned_mig_layout():
             }
         ]
     }
-    nodes, _, _ = parse_cluster(data, "c.yaml")
+    nodes = parse_cluster(data, "c.yaml").nodes
     with pytest.raises(SpecError, match="overlaps another instance"):
         Snapshot(nodes)
 

@@ -34,8 +34,7 @@ class Allocate:
         by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
         for e in session.ordered_pending():
             by_queue[e.workload.queue].append(e)
-        held = dict(session.snapshot.queue_gpu_milli)
-        heap = [(held.get(q, 0), q) for q in by_queue]
+        heap = [(session.queue_key(q), q) for q in by_queue]
         heapq.heapify(heap)
         pos = dict.fromkeys(by_queue, 0)
         blocked: dict[str, str] = {}
@@ -50,11 +49,8 @@ class Allocate:
                 if self.strict_fifo:
                     blocked[q] = entry.name
             else:
-                before = gpu_milli(entry)
                 ok = allocate_workload(session, entry)
-                if ok:
-                    held[q] = held.get(q, 0) + gpu_milli(entry) - before
-                elif self.strict_fifo:
+                if not ok and self.strict_fifo:
                     blocked[q] = entry.name
             if q in blocked:
                 # the rest of a blocked queue waits; only workloads without a reason yet get one
@@ -64,7 +60,7 @@ class Allocate:
                     if last is None or last.summary != why:
                         session.set_pending(rest.name, why)
             elif pos[q] < len(entries):
-                heapq.heappush(heap, (held.get(q, 0), q))
+                heapq.heappush(heap, (session.queue_key(q), q))
 
     def _pods(self, session: Session) -> None:
         entries = session.ordered_pending()
@@ -106,6 +102,11 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
     """Place the gang (all-or-nothing), then any optional tasks one by one. True if the gang runs."""
     session.attempted.add(entry.name)
     gang, rest = gang_tasks(entry)
+    if gang and session.profile.admission:
+        reason = session.admit(entry, gang)
+        if reason is not None:
+            session.set_pending(entry.name, "not admitted", [reason])
+            return False
     if gang:
         outcome = place_gang(session, entry, gang)
         if not outcome.placed:
@@ -114,6 +115,9 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
     left = 0
     restrict = same_domain(session, entry)
     for t in rest:
+        if session.profile.admission and session.admit(entry, [t]) is not None:
+            left += 1
+            continue
         stmt = session.statement()
         if session.place(t, stmt, restrict) is not None:
             stmt.commit()
@@ -136,7 +140,3 @@ def same_domain(session: Session, entry: WorkloadEntry) -> np.ndarray | None:
     dom = session.snapshot.domains(level)
     first = next(iter(entry.bound.values())).node
     return np.asarray(dom == dom[first])
-
-
-def gpu_milli(entry: WorkloadEntry) -> int:
-    return sum(a.devices.milli * len(a.devices.gpus) for a in entry.bound.values())

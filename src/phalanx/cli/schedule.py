@@ -15,7 +15,6 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import Bind, Pending
-from phalanx.core.snapshot import Snapshot
 from phalanx.profiles import load_profile
 from phalanx.spec.cluster import parse_cluster
 from phalanx.spec.common import load_yaml
@@ -48,10 +47,10 @@ def schedule(
         wdata, wsrc = (
             (load_yaml(workloads), str(workloads)) if workloads else _example("example-workloads.yaml")
         )
-        nodes, levels, datasets = parse_cluster(cdata, csrc)
+        cluster_def = parse_cluster(cdata, csrc)
         wls, _ = parse_workloads(wdata, wsrc)
         prof = load_profile(profile)
-        snap = Snapshot(nodes, topology_levels=levels, datasets=datasets)
+        snap = cluster_def.snapshot()
         for w in wls:
             snap.add_workload(w)
     rng = np.random.default_rng(seed)

@@ -5,6 +5,9 @@
 - NodeScorer: weighted sum of scores over the candidate nodes.
 - DeviceSelector: the profile names one; the default picks topology-aware / best-fit devices.
 - GangPlanner: the profile names one; it proposes node sets (topology domains) to try in order.
+- AdmissionCheck: first rejection wins (quota limits, borrowing, lending, non-preemptible in quota).
+- QueueOrder: the profile names one; queues take turns by its key, lowest first.
+- VictimOrder: the profile names one; eviction candidates are tried in its order.
 - Action: run in profile order.
 """
 
@@ -18,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from phalanx.core.cluster import BoolArray, DeviceAssignment
+from phalanx.core.decisions import Reason
 from phalanx.core.feasibility import Candidates
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.snapshot import WorkloadEntry
@@ -86,6 +90,20 @@ class Domain:
     label: str
     mask: BoolArray | None
     required: bool = False
+
+
+class AdmissionCheck(Protocol):
+    name: str
+
+    def admit(self, session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
+        """None to admit the gang `tasks` of `entry`, or why not."""
+        ...
+
+
+class QueueOrder(Protocol):
+    name: str
+
+    def queue_key(self, session: Session, queue: str) -> tuple[float | int | str, ...]: ...
 
 
 class Action(Protocol):

@@ -9,7 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from phalanx.core.extension import Action, DeviceSelector, GangPlanner, NodeFilter, NodeScorer, WorkloadOrder
+from phalanx.core.extension import (
+    Action,
+    AdmissionCheck,
+    DeviceSelector,
+    GangPlanner,
+    NodeFilter,
+    NodeScorer,
+    QueueOrder,
+    WorkloadOrder,
+)
 
 TieBreak = Literal["random", "name"]
 
@@ -23,6 +32,8 @@ class Profile:
     order: list[WorkloadOrder] = field(default_factory=list)
     device_selector: DeviceSelector | None = None
     gang_planner: GangPlanner | None = None
+    admission: list[AdmissionCheck] = field(default_factory=list)
+    queue_order: QueueOrder | None = None
     tie_break: TieBreak = "random"
     gpu_sharing: bool = True
     description: str = ""

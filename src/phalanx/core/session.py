@@ -18,6 +18,7 @@ from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.feasibility import explain, find_candidates, node_capacity
 from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
+from phalanx.core.queues import Vector, fair_shares
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
 
@@ -35,6 +36,7 @@ class Session:
         self.no_room: dict[tuple[object, ...], Any] = {}
         self._open: list[Statement] = []
         self._gated: list[WorkloadEntry] | None = None
+        self._fair: dict[str, Vector] | None = None
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
@@ -104,6 +106,35 @@ class Session:
         if total < w.gang_size:
             return 0
         return max(1, min(counts)) if w.gang_size == w.total_tasks else max(1, total // max(w.gang_size, 1))
+
+    # ----------------------------------------------------------------- queues
+    def fair_shares(self) -> dict[str, Vector]:
+        """Fair share of every queue this cycle (empty without a queue tree)."""
+        if self._fair is None:
+            s = self.snapshot
+            if s.queues is None:
+                self._fair = {}
+            else:
+                demand = {
+                    q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
+                    for q in s.queues.queues
+                    if s.queues.is_leaf(q)
+                }
+                self._fair = fair_shares(s.queues, s.capacity_vector(), demand)
+        return self._fair
+
+    def admit(self, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
+        for check in self.profile.admission:
+            reason = check.admit(self, entry, tasks)
+            if reason is not None:
+                return reason
+        return None
+
+    def queue_key(self, queue: str) -> tuple[object, ...]:
+        order = self.profile.queue_order
+        if order is None:
+            return (self.snapshot.queue_gpu_milli.get(queue, 0), queue)
+        return order.queue_key(self, queue)
 
     # ----------------------------------------------------------------- statements
     def statement(self) -> Statement:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phalanx.core.cluster import BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
+from phalanx.core.cluster import KIND_SHARED, BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
 from phalanx.core.decisions import Bind, CycleResult, Evict, Pending
 from phalanx.core.errors import SpecError
-from phalanx.core.mig import resolve_geometry
-from phalanx.core.model import Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
+from phalanx.core.mig import GEOMETRIES, resolve_geometry
+from phalanx.core.model import GpuKind, Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
+from phalanx.core.queues import QueueTree, Vector
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class Snapshot:
         topology_levels: Sequence[str] = (),
         datasets: Mapping[str, int] | None = None,
         task_types: Sequence[TaskType] | None = None,
+        queues: QueueTree | None = None,
     ) -> None:
         ordered = sorted(nodes, key=lambda x: x.name)
         names = [x.name for x in ordered]
@@ -142,6 +144,14 @@ class Snapshot:
         self.partial: set[str] = set()
         self.fresh: set[str] = set()
         self.queue_gpu_milli: dict[str, int] = {}
+        # queue accounting: (weighted milli-GPU, milli-CPU, MiB) used and still requested, per leaf queue
+        self.queues = queues
+        self.queue_usage: dict[str, Vector] = {}
+        self.queue_pending: dict[str, Vector] = {}
+        self.queue_history: dict[str, Vector] = {}
+        self.history_time: float | None = None
+        self._capacity: Vector | None = None
+        self._median_mem: int | None = None
         # bumped whenever capacity is released (task ends or is evicted, node comes back)
         self.release_epoch = 0
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
@@ -238,6 +248,13 @@ class Snapshot:
                 f"workload {workload.name!r}.topology.level",
                 f"unknown topology level {topo.level!r} (this cluster has: {levels})",
             )
+        if self.queues is not None and not self.queues.is_leaf(workload.queue):
+            known = sorted(n for n in self.queues.queues if self.queues.is_leaf(n))
+            what = "is not a leaf queue" if workload.queue in self.queues.queues else "is not a known queue"
+            raise SpecError(
+                f"workload {workload.name!r}.queue",
+                f"{workload.queue!r} {what} (leaf queues: {', '.join(known) or 'none'})",
+            )
         tasks = workload.tasks()
         for t in tasks:
             if t.name in self._tasks:
@@ -250,6 +267,11 @@ class Snapshot:
         for t in tasks:
             self._tasks[t.name] = (entry, t)
         self._count_types(tasks, +1)
+        self._add_vec(
+            self.queue_pending,
+            workload.queue,
+            sum((self.request_vector(t.request) for t in tasks), np.zeros(3)),
+        )
         return entry
 
     def remove_workload(self, name: str) -> None:
@@ -259,6 +281,11 @@ class Snapshot:
             return
         for alloc in list(entry.bound.values()):
             self._unbind(alloc, entry)
+        self._add_vec(
+            self.queue_pending,
+            entry.workload.queue,
+            -sum((self.request_vector(t.request) for t in entry.tasks), np.zeros(3)),
+        )
         del self.workloads[name]
         self._set_pending(entry, False)
         self.fresh.discard(name)
@@ -385,6 +412,8 @@ class Snapshot:
         self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
             alloc.devices.gpus
         )
+        self._add_vec(self.queue_usage, q, self.alloc_vector(alloc))
+        self._add_vec(self.queue_pending, q, -self.request_vector(alloc.task.request))
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
@@ -398,6 +427,79 @@ class Snapshot:
         self.release_epoch += 1
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
+        self._add_vec(self.queue_usage, q, -self.alloc_vector(alloc))
+        self._add_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
+
+    # ----------------------------------------------------------------- queue accounting
+    @staticmethod
+    def _add_vec(table: dict[str, Vector], key: str, v: Vector) -> None:
+        cur = table.get(key)
+        table[key] = v.copy() if cur is None else cur + v
+
+    def gpu_weight(self, node: int) -> float:
+        return self.queues.gpu_weight(self.nodes[node].gpu_model) if self.queues is not None else 1.0
+
+    def alloc_vector(self, alloc: Allocation) -> Vector:
+        """What a running task counts against its queue: (weighted milli-GPU, milli-CPU, MiB)."""
+        d = alloc.devices
+        gpu = d.mig_compute * 1000 / 7 if d.mig is not None else d.milli * len(d.gpus)
+        return np.array(
+            [gpu * self.gpu_weight(alloc.node), alloc.cpu_milli, alloc.memory_mib], dtype=np.float64
+        )
+
+    def request_vector(self, req: TaskRequest) -> Vector:
+        """What a pending task asks of its queue (GPU weighted by the cheapest model it accepts)."""
+        g = req.gpu
+        gpu: float
+        if g.kind is GpuKind.MEMORY:
+            gpu = g.devices * min(1000, -(-g.memory_mib * 1000 // self.median_gpu_memory))
+        elif g.kind is GpuKind.MIG:
+            prof = next(
+                (geo.profiles[g.mig_profile] for geo in GEOMETRIES.values() if g.mig_profile in geo.profiles),
+                None,
+            )
+            gpu = prof.compute * 1000 / 7 if prof is not None else 0.0
+        else:
+            gpu = g.total_milli
+        w = 1.0
+        if self.queues is not None and req.gpu_models:
+            w = min(self.queues.gpu_weight(m) for m in req.gpu_models)
+        return np.array([gpu * w, req.cpu_milli, req.memory_mib], dtype=np.float64)
+
+    def capacity_vector(self) -> Vector:
+        """All the cluster's (weighted milli-GPU, milli-CPU, MiB); nodes never change in a snapshot."""
+        if self._capacity is None:
+            c = self.cluster
+            gpu = sum(
+                int(c.gpu_count[i]) * 1000 * self.gpu_weight(i) for i in range(len(c)) if c.gpu_count[i]
+            )
+            self._capacity = np.array([gpu, float(c.cpu_cap.sum()), float(c.mem_cap.sum())], dtype=np.float64)
+        return self._capacity.copy()
+
+    def usage_of(self, queue: str) -> Vector:
+        """Usage of a queue and everything below it."""
+        if self.queues is None or self.queues.is_leaf(queue) or queue not in self.queues.queues:
+            return self.queue_usage.get(queue, np.zeros(3))
+        return sum((self.usage_of(k) for k in self.queues.children[queue]), np.zeros(3))
+
+    def advance(self, now: float, half_life: float) -> None:
+        """Decay each queue's historical usage towards its current usage (driver-side, between cycles)."""
+        if self.history_time is None or half_life <= 0:
+            self.history_time = now
+            return
+        dt = max(0.0, now - self.history_time)
+        keep = 0.5 ** (dt / half_life)
+        for q, use in self.queue_usage.items():
+            old = self.queue_history.get(q, use)
+            self.queue_history[q] = old * keep + use * (1 - keep)
+        self.history_time = now
+
+    @property
+    def median_gpu_memory(self) -> int:
+        if self._median_mem is None:
+            mem = self.cluster.gpu_mem_cap[self.cluster.gpu_kind == KIND_SHARED]
+            self._median_mem = int(np.median(mem)) if len(mem) else 16384
+        return self._median_mem
 
     def _set_pending(self, entry: WorkloadEntry, pending: bool) -> None:
         key = entry.demand_key

@@ -21,12 +21,14 @@ from phalanx.core.profile import Profile
 from phalanx.plugins.bestfit import BestFitScorer
 from phalanx.plugins.binpack import BinpackScorer, SpreadScorer
 from phalanx.plugins.dotprod import DotProdScorer
+from phalanx.plugins.fairshare import FairShareOrder
 from phalanx.plugins.fgd import FgdScorer
 from phalanx.plugins.gpuclustering import GpuClusteringScorer
 from phalanx.plugins.gpupacking import GpuPackingScorer
 from phalanx.plugins.gpuselect import BestFitGpu, RandomGpu
 from phalanx.plugins.locality import LocalityScorer
 from phalanx.plugins.order import PriorityOrder
+from phalanx.plugins.quota import QuotaCheck
 from phalanx.plugins.random import RandomScorer
 from phalanx.plugins.topology import GangAffinityScorer, TopologyPlanner
 from phalanx.plugins.wholeguard import WholeGpuGuard
@@ -49,6 +51,8 @@ SCORERS: Mapping[str, Factory] = {
 SELECTORS: Mapping[str, Factory] = {"bestfit-gpu": BestFitGpu, "random-gpu": RandomGpu, "fgd": FgdScorer}
 ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder}
 PLANNERS: Mapping[str, Factory] = {"topology": TopologyPlanner}
+ADMISSION: Mapping[str, Factory] = {"quota": QuotaCheck}
+QUEUE_ORDERS: Mapping[str, Factory] = {"fairshare": FairShareOrder}
 FILTERS: Mapping[str, Factory] = {"whole-gpu-guard": WholeGpuGuard}
 
 
@@ -71,6 +75,8 @@ class ProfileSpec(BaseModel):
     scorers: list[PluginSpec] = Field(default_factory=list)
     device_selector: PluginSpec | None = None
     gang_planner: PluginSpec | None = None
+    admission: list[PluginSpec] = Field(default_factory=list)
+    queue_order: PluginSpec | None = None
 
 
 def _make(registry: Mapping[str, Factory], spec: PluginSpec, where: str) -> Any:
@@ -110,6 +116,10 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
         device_selector=selector,
         gang_planner=_make(PLANNERS, spec.gang_planner, f"{source}: gang_planner")
         if spec.gang_planner
+        else None,
+        admission=[_make(ADMISSION, p, f"{source}: admission[{k}]") for k, p in enumerate(spec.admission)],
+        queue_order=_make(QUEUE_ORDERS, spec.queue_order, f"{source}: queue_order")
+        if spec.queue_order
         else None,
         tie_break=spec.tie_break,
         gpu_sharing=spec.gpu_sharing,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Node
+from phalanx.core.queues import QueueTree
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces import gavel, generic, openb, pollux, synergy, tiresias
 from phalanx.spec.cluster import load_cluster as load_cluster_yaml
@@ -20,6 +21,7 @@ class Cluster:
     levels: list[str]
     datasets: dict[str, int]
     source: str
+    queues: QueueTree | None = None
 
 
 def _header(path: Path) -> str:
@@ -97,8 +99,8 @@ def _find_up(path: Path, name: str) -> Path | None:
 def load_cluster(path: Path) -> Cluster:
     """A cluster YAML, an openb node CSV, a Tiresias cluster_spec CSV or a Synergy .ini."""
     if path.suffix in (".yaml", ".yml"):
-        nodes, levels, datasets = load_cluster_yaml(path)
-        return Cluster(nodes, levels, datasets, str(path))
+        cd = load_cluster_yaml(path)
+        return Cluster(cd.nodes, cd.levels, cd.datasets, str(path), cd.queues)
     if path.suffix == ".ini":
         nodes, levels = synergy.load_cluster(path)
         return Cluster(nodes, levels, {}, str(path))

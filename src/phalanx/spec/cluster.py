@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
+from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot
 from phalanx.spec.common import at, load_yaml, validate
 from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
+from phalanx.spec.queues import QueueSpec, build_queues
 
 
 class _Strict(BaseModel):
@@ -95,6 +98,21 @@ class ClusterSpec(_Strict):
     datasets: dict[str, int | str] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(default_factory=list)
     node_groups: list[NodeGroupSpec] = Field(default_factory=list)
+    queues: list[QueueSpec] = Field(default_factory=list)
+    gpu_weights: dict[str, float] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterDef:
+    """A parsed cluster: nodes, topology levels, dataset sizes and (optionally) the queue tree."""
+
+    nodes: list[Node]
+    levels: list[str]
+    datasets: dict[str, int]
+    queues: QueueTree | None = None
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.nodes, topology_levels=self.levels, datasets=self.datasets, queues=self.queues)
 
 
 def _gpus(
@@ -175,7 +193,7 @@ def _node(name: str, body: NodeBody, topology: dict[str, str], where: str) -> No
         )
 
 
-def build_cluster(spec: ClusterSpec, source: str = "cluster") -> tuple[list[Node], list[str], dict[str, int]]:
+def build_cluster(spec: ClusterSpec, source: str = "cluster") -> ClusterDef:
     nodes: list[Node] = []
     for k, n in enumerate(spec.nodes):
         nodes.append(_node(n.name, n, dict(n.topology), f"{source}: nodes[{k}]"))
@@ -195,10 +213,11 @@ def build_cluster(spec: ClusterSpec, source: str = "cluster") -> tuple[list[Node
                 topo[level] = f"{g.name}-{level}{i // size}"
             nodes.append(_node(f"{g.name}-{i:0{width}d}", g, topo, f"{where}[{i}]"))
     datasets = {k: size_bytes(v, f"{source}: datasets.{k}") for k, v in spec.datasets.items()}
-    return nodes, list(spec.topology_levels), datasets
+    queues = build_queues(list(spec.queues), spec.gpu_weights, f"{source}: ") if spec.queues else None
+    return ClusterDef(nodes, list(spec.topology_levels), datasets, queues)
 
 
-def parse_cluster(data: Any, source: str = "cluster") -> tuple[list[Node], list[str], dict[str, int]]:
+def parse_cluster(data: Any, source: str = "cluster") -> ClusterDef:
     if not isinstance(data, dict):
         raise SpecError(source, "a cluster spec must be a YAML mapping with `nodes` and/or `node_groups`")
     spec = validate(ClusterSpec, data, source)
@@ -207,10 +226,5 @@ def parse_cluster(data: Any, source: str = "cluster") -> tuple[list[Node], list[
     return build_cluster(spec, source)
 
 
-def load_cluster(path: str | Path) -> tuple[list[Node], list[str], dict[str, int]]:
+def load_cluster(path: str | Path) -> ClusterDef:
     return parse_cluster(load_yaml(path), str(path))
-
-
-def cluster_snapshot(data: Any, source: str = "cluster") -> Snapshot:
-    nodes, levels, datasets = parse_cluster(data, source)
-    return Snapshot(nodes, topology_levels=levels, datasets=datasets)

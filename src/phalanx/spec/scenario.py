@@ -61,10 +61,12 @@ def parse_scenario(data: Any, source: str) -> ScenarioRun:
     if not isinstance(data, dict):
         raise SpecError(source, "a scenario must be a YAML mapping")
     spec = validate(ScenarioSpec, data, source)
-    nodes, levels, datasets = parse_cluster(spec.cluster, f"{source}: cluster")
+    cluster = parse_cluster(spec.cluster, f"{source}: cluster")
     workloads: list[Workload]
     workloads, _ = parse_workloads({"workloads": spec.workloads}, source)
-    snap = Snapshot(nodes, workloads, topology_levels=levels, datasets=datasets)
+    snap = cluster.snapshot()
+    for w in workloads:
+        snap.add_workload(w)
     return ScenarioRun(snap, spec.profile, spec.seed, spec.steps)
 
 

@@ -1,0 +1,88 @@
+"""Quota admission: limits, borrowing and lending limits, and non-preemptible work only in quota.
+
+Checked before a gang is placed, for the workload's queue and every ancestor:
+- usage + request must stay within the queue's ceiling (its limit, and deserved + borrowing limit);
+- a non-preemptible workload may only use its queue's deserved quota (it can never be reclaimed);
+- borrowing beyond the deserved quota must come from capacity others may lend: the part of an
+  idle queue's deserved quota it does not lend (deserved - lending limit) stays free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from phalanx.core.decisions import Reason
+from phalanx.core.model import Task
+from phalanx.core.queues import RESOURCES, Vector
+from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
+
+EPS = 1e-6
+
+
+def fmt(v: float, r: int) -> str:
+    if r == 0:
+        return f"{v / 1000:g} GPU"
+    if r == 1:
+        return f"{v / 1000:g} CPU"
+    return f"{v / 1024:g} GiB"
+
+
+def request_of(session: Session, tasks: list[Task]) -> Vector:
+    s = session.snapshot
+    return sum((s.request_vector(session.effective(t.request)) for t in tasks), np.zeros(len(RESOURCES)))
+
+
+class QuotaCheck:
+    name = "quota"
+
+    def admit(self, session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
+        s = session.snapshot
+        tree = s.queues
+        if tree is None:
+            return None
+        ask = request_of(session, tasks)
+        q = entry.workload.queue
+        for a in tree.ancestors(q):
+            use = s.usage_of(a)
+            ceil = tree.ceiling(a)
+            over = np.nonzero(use + ask > ceil + EPS)[0]
+            if len(over):
+                r = int(over[0])
+                return Reason(
+                    "quota",
+                    f"queue {a} would exceed its {RESOURCES[r]} ceiling of {fmt(ceil[r], r)} "
+                    f"(using {fmt(use[r], r)}, asking {fmt(ask[r], r)})",
+                )
+        use_q = s.usage_of(q)
+        deserved = tree.deserved[q]
+        beyond = np.nonzero((use_q + ask > deserved + EPS) & tree.managed[q])[0]
+        if not len(beyond):
+            return None
+        r = int(beyond[0])
+        if not entry.workload.preemptible:
+            return Reason(
+                "quota",
+                f"non-preemptible workloads run only within the deserved quota of queue {q} "
+                f"({fmt(deserved[r], r)} {RESOURCES[r]}; using {fmt(use_q[r], r)}, "
+                f"asking {fmt(ask[r], r)})",
+            )
+        cap = s.capacity_vector()
+        total = np.zeros(len(RESOURCES))
+        held_back = np.zeros(len(RESOURCES))
+        for use in s.queue_usage.values():
+            total += use
+        for name in tree.queues:
+            if name != q and tree.is_leaf(name):
+                held_back += np.maximum(
+                    tree.reserve(name) - s.queue_usage.get(name, np.zeros(len(RESOURCES))), 0
+                )
+        short = np.nonzero(total + ask + held_back > cap + EPS)[0]
+        if len(short):
+            r = int(short[0])
+            return Reason(
+                "quota",
+                f"queue {q} cannot borrow {RESOURCES[r]}: {fmt(held_back[r], r)} is kept "
+                "for idle queues that do not lend it (lending limits)",
+            )
+        return None
