@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-from builders import Scenario, make_node, make_workload
 
+from builders import Scenario, make_node, make_workload
 from phalanx.core.errors import SpecError
-from phalanx.core.profile import Profile
 from phalanx.core.queues import INF, Queue, QueueTree, ResourceQuota, fair_shares
 from phalanx.core.snapshot import Snapshot
 from phalanx.profiles import compile_profile
