@@ -10,6 +10,7 @@ from phalanx.core.feasibility import node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
+from phalanx.core.statement import Statement
 
 WHOLE_CLUSTER = Domain("cluster", "", None)
 
@@ -92,12 +93,16 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
     return outcome
 
 
-def _place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> GangOutcome:
+def _place_gang(
+    session: Session, entry: WorkloadEntry, tasks: list[Task], outer: Statement | None = None
+) -> GangOutcome:
+    """Try the planner's domains in order; with `outer`, work inside that statement (a preemption)."""
     planner = session.profile.gang_planner
     domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
     for dom in domains:
-        stmt = session.statement()
+        stmt = session.statement() if outer is None else outer
+        start = stmt.checkpoint()
         placed = 0
         failed: Task | None = None
         for t in tasks:
@@ -106,7 +111,8 @@ def _place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Ga
                 break
             placed += 1
         if failed is None:
-            stmt.commit()
+            if outer is None:
+                stmt.commit()
             return GangOutcome(True)
         if last is None or dom.mask is None:
             reasons = tuple(session.why_not(failed, dom.mask))
@@ -120,7 +126,10 @@ def _place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Ga
             else:
                 summary = "task does not fit"
             last = GangOutcome(False, summary, reasons)
-        stmt.discard()
+        if outer is None:
+            stmt.discard()
+        else:
+            stmt.rollback(start)
     if last is None:
         w = entry.workload
         level = w.topology.level if w.topology else "domain"

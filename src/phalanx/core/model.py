@@ -310,7 +310,10 @@ class Workload:
     preemptible: bool = True
     creation_time: float = 0.0
     topology: TopologyConstraint | None = None
-    max_available: int = 0
+    # seconds between the workload's checkpoints (0: unknown, a restart loses all work since start)
+    checkpoint_interval: float = 0.0
+    # expected run time, for backfilling onto reserved capacity and shortest-remaining-first
+    estimated_runtime: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -330,6 +333,10 @@ class Workload:
             )
         if math.isnan(self.creation_time):
             raise SpecError("creation_time", "creation time must be a number")
+        if not self.checkpoint_interval >= 0:
+            raise SpecError("checkpoint_interval", f"must be >= 0 seconds, got {self.checkpoint_interval}")
+        if self.estimated_runtime is not None and not self.estimated_runtime > 0:
+            raise SpecError("estimated_runtime", f"must be > 0 seconds, got {self.estimated_runtime}")
 
     @property
     def total_tasks(self) -> int:

@@ -123,6 +123,11 @@ class Session:
                 self._fair = fair_shares(s.queues, s.capacity_vector(), demand)
         return self._fair
 
+    def request_of(self, tasks: list[Task]) -> Vector:
+        """What these tasks ask of their queue, as this profile accounts them."""
+        s = self.snapshot
+        return sum((s.request_vector(self.effective(t.request)) for t in tasks), np.zeros(3))
+
     def admit(self, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
         for check in self.profile.admission:
             reason = check.admit(self, entry, tasks)

@@ -46,6 +46,9 @@ class WorkloadEntry:
     last_pending: Pending | None = None
     # derived facts about the (immutable) workload, memoised by actions
     cache: dict[object, object] = field(default_factory=dict)
+    # kept by the driver (`Snapshot.advance`): GPU-seconds received and seconds run while ready
+    attained: float = 0.0
+    executed: float = 0.0
 
     @property
     def demand_key(self) -> tuple[object, ...]:
@@ -137,6 +140,7 @@ class Snapshot:
         self.types_version = 0
         self.on_node: list[dict[str, Allocation]] = [{} for _ in ordered]
         self._pending: dict[str, WorkloadEntry] = {}
+        self._ready: dict[str, WorkloadEntry] = {}
         # pending workloads grouped by demand, and those no cycle has looked at yet
         self.pending_groups: dict[tuple[object, ...], dict[str, WorkloadEntry]] = {}
         # each group's names in natural order (priority, then age, then name), and partly bound ones
@@ -408,6 +412,8 @@ class Snapshot:
             self._set_pending(entry, False)
         else:
             self.partial.add(entry.name)
+        if len(entry.bound) >= entry.workload.gang_size:
+            self._ready[entry.name] = entry
         q = entry.workload.queue
         self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
             alloc.devices.gpus
@@ -424,6 +430,8 @@ class Snapshot:
         self._set_pending(entry, True)
         if not entry.bound:
             self.partial.discard(entry.name)
+        if len(entry.bound) < entry.workload.gang_size:
+            self._ready.pop(entry.name, None)
         self.release_epoch += 1
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
@@ -482,17 +490,33 @@ class Snapshot:
             return self.queue_usage.get(queue, np.zeros(3))
         return sum((self.usage_of(k) for k in self.queues.children[queue]), np.zeros(3))
 
-    def advance(self, now: float, half_life: float) -> None:
-        """Decay each queue's historical usage towards its current usage (driver-side, between cycles)."""
-        if self.history_time is None or half_life <= 0:
+    def advance(self, now: float, half_life: float = 0.0) -> None:
+        """Account the time since the last call (driver-side, between cycles).
+
+        Running workloads gain attained service (GPU-seconds) and executed time; with a
+        half-life, each queue's historical usage decays towards its current usage.
+        """
+        if self.history_time is None:
             self.history_time = now
             return
         dt = max(0.0, now - self.history_time)
-        keep = 0.5 ** (dt / half_life)
-        for q, use in self.queue_usage.items():
-            old = self.queue_history.get(q, use)
-            self.queue_history[q] = old * keep + use * (1 - keep)
         self.history_time = now
+        if dt == 0:
+            return
+        for entry in self.running.values():
+            gpus = sum(len(a.devices.gpus) * a.devices.milli for a in entry.bound.values()) / 1000
+            entry.attained += gpus * dt
+            entry.executed += dt
+        if half_life > 0:
+            keep = 0.5 ** (dt / half_life)
+            for q, use in self.queue_usage.items():
+                old = self.queue_history.get(q, use)
+                self.queue_history[q] = old * keep + use * (1 - keep)
+
+    @property
+    def running(self) -> dict[str, WorkloadEntry]:
+        """Workloads whose gang is placed (they make progress), kept incrementally."""
+        return self._ready
 
     @property
     def median_gpu_memory(self) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 
 from phalanx.core.decisions import Reason
 from phalanx.core.model import Task
-from phalanx.core.queues import RESOURCES, Vector
+from phalanx.core.queues import RESOURCES
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -28,11 +28,6 @@ def fmt(v: float, r: int) -> str:
     return f"{v / 1024:g} GiB"
 
 
-def request_of(session: Session, tasks: list[Task]) -> Vector:
-    s = session.snapshot
-    return sum((s.request_vector(session.effective(t.request)) for t in tasks), np.zeros(len(RESOURCES)))
-
-
 class QuotaCheck:
     name = "quota"
 
@@ -41,7 +36,7 @@ class QuotaCheck:
         tree = s.queues
         if tree is None:
             return None
-        ask = request_of(session, tasks)
+        ask = session.request_of(tasks)
         q = entry.workload.queue
         for a in tree.ancestors(q):
             use = s.usage_of(a)

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from phalanx.actions.allocate import Allocate
 from phalanx.actions.backfill import Backfill
+from phalanx.actions.preempt import Preempt
+from phalanx.actions.reclaim import Reclaim
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.plugins.bestfit import BestFitScorer
@@ -35,7 +37,12 @@ from phalanx.plugins.wholeguard import WholeGpuGuard
 
 Factory = Callable[..., Any]
 
-ACTIONS: Mapping[str, Factory] = {"allocate": Allocate, "backfill": Backfill}
+ACTIONS: Mapping[str, Factory] = {
+    "allocate": Allocate,
+    "backfill": Backfill,
+    "preempt": Preempt,
+    "reclaim": Reclaim,
+}
 SCORERS: Mapping[str, Factory] = {
     "random": RandomScorer,
     "dotprod": DotProdScorer,

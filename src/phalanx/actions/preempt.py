@@ -1,0 +1,51 @@
+"""Preempt: inside a queue, a pending workload evicts lower-priority running ones to fit.
+
+With `by: order` the profile's workload order decides who outranks whom (for example least
+attained service), instead of the priority field. Victims must be preemptible and have run
+at least `min_runtime` seconds; the cheapest (least lost work) go first; nothing is evicted
+unless the preemptor then fits.
+"""
+
+from __future__ import annotations
+
+from phalanx.actions.evict import evict_for, victims
+from phalanx.actions.gang import gang_tasks
+from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
+
+
+class Preempt:
+    name = "preempt"
+
+    def __init__(self, min_runtime: float = 0.0, by: str = "priority", max_preemptors: int = 16) -> None:
+        if by not in ("priority", "order"):
+            raise ValueError("by must be 'priority' or 'order'")
+        self.min_runtime = min_runtime
+        self.by = by
+        self.max_preemptors = max_preemptors
+
+    def outranks(self, session: Session, a: WorkloadEntry, b: WorkloadEntry) -> bool:
+        if self.by == "priority":
+            return a.workload.priority > b.workload.priority
+        return session.order_key(a) < session.order_key(b)
+
+    def execute(self, session: Session) -> None:
+        tries = 0
+        for entry in session.ordered_pending():
+            if tries >= self.max_preemptors:
+                break
+            gang, _ = gang_tasks(entry)
+            if not gang or entry.name not in session.pending:
+                continue
+            q = entry.workload.queue
+
+            def eligible(v: WorkloadEntry, e: WorkloadEntry = entry, q: str = q) -> bool:
+                return v.workload.queue == q and v.name != e.name and self.outranks(session, e, v)
+
+            cands = victims(session, eligible, self.min_runtime)
+            if not cands:
+                continue
+            tries += 1
+            taken = evict_for(session, entry, gang, cands, f"preempted by {entry.name} (higher priority)")
+            if taken is not None:
+                session.pending.pop(entry.name, None)

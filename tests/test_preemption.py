@@ -1,0 +1,124 @@
+"""Preemption inside a queue and reclaim across queues: gang-aware, simulated before commit, protected."""
+
+from builders import Scenario, make_node, make_workload
+from phalanx.core.model import Workload
+from phalanx.core.queues import INF, Queue, QueueTree, ResourceQuota
+from phalanx.core.snapshot import Snapshot
+from phalanx.profiles import compile_profile
+
+
+def profile(min_runtime=0.0):
+    return compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [
+                {"name": "allocate"},
+                {"name": "reclaim", "args": {"min_runtime": min_runtime}},
+                {"name": "preempt", "args": {"min_runtime": min_runtime}},
+            ],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+
+
+def gpu(deserved, limit=INF):
+    return {"gpu": ResourceQuota(deserved * 1000, limit * 1000)}
+
+
+def scenario(tree, gpus=4, min_runtime=0.0):
+    sc = Scenario(
+        [make_node("n").cpu(128).memory("1Ti").gpus(gpus).build()], [], profile=profile(min_runtime)
+    )
+    sc.snapshot = Snapshot(sc.nodes, queues=tree)
+    return sc
+
+
+def test_higher_priority_preempts_the_cheapest_lower_priority_victims():
+    sc = scenario(QueueTree([Queue("q", quotas=gpu(4))]))
+    for k in range(4):
+        sc.add(make_workload(f"low{k}").podset("p", gpu=1).queue("q").created(k).build())
+        sc.cycle()  # started one cycle apart: low3 has done the least work
+    sc.add(make_workload("high").podset("p", gpu=2).queue("q").priority(5).created(10).build())
+    result = sc.cycle()
+    assert sc.bound("high") == 1
+    assert sorted(e.workload for e in result.evictions) == ["low2", "low3"]
+    assert all("preempted by high" in e.reason for e in result.evictions)
+
+
+def test_no_eviction_unless_the_preemptor_then_fits():
+    sc = scenario(QueueTree([Queue("q", quotas=gpu(4))]))
+    for k in range(4):
+        sc.add(make_workload(f"low{k}").podset("p", gpu=1).queue("q").build())
+    sc.run()
+    sc.add(make_workload("huge").podset("p", 2, gpu=4).queue("q").priority(9).build())
+    result = sc.run()
+    assert not result.evictions and sc.bound("huge") == 0
+    assert all(sc.bound(f"low{k}") == 1 for k in range(4))
+
+
+def test_minimum_runtime_protects_fresh_workloads():
+    sc = scenario(QueueTree([Queue("q", quotas=gpu(4))]), min_runtime=10)
+    for k in range(4):
+        sc.add(make_workload(f"low{k}").podset("p", gpu=1).queue("q").build())
+    sc.cycle()
+    sc.add(make_workload("high").podset("p", gpu=1).queue("q").priority(5).build())
+    assert not sc.cycle().evictions
+    for _ in range(12):
+        r = sc.cycle()
+        if r.evictions:
+            break
+    assert sc.bound("high") == 1 and len(r.evictions) == 1
+
+
+def test_reclaim_takes_back_borrowed_gpus_but_not_below_deserved():
+    tree = QueueTree([Queue("a", quotas=gpu(2)), Queue("b", quotas=gpu(2))])
+    sc = scenario(tree)
+    for k in range(4):
+        sc.add(make_workload(f"a{k}").podset("p", gpu=1).queue("a").created(k).build())
+    sc.run()
+    assert sum(sc.bound(f"a{k}") for k in range(4)) == 4  # a borrows b's idle quota
+    sc.add(make_workload("b0").podset("p", gpu=2).queue("b").created(10).build())
+    result = sc.cycle()
+    assert sc.bound("b0") == 1
+    assert len(result.evictions) == 2 and all(e.workload.startswith("a") for e in result.evictions)
+    assert sc.snapshot.usage_of("a")[0] == 2000  # back to its deserved quota, not below
+    sc.add(make_workload("b1").podset("p", gpu=1).queue("b").created(11).build())
+    assert not sc.run().evictions and sc.bound("b1") == 0
+
+
+def test_reclaim_that_would_cut_into_deserved_quota_does_nothing():
+    tree = QueueTree([Queue("a", quotas=gpu(3)), Queue("b", quotas=gpu(1))])
+    sc = scenario(tree)
+    for k in range(4):
+        sc.add(make_workload(f"a{k}").podset("p", gpu=1).queue("a").created(k).build())
+    sc.run()
+    sc.add(make_workload("b0").podset("p", gpu=2).queue("b").build())
+    result = sc.run()
+    assert not result.evictions and sc.bound("b0") == 0
+
+
+def test_elastic_workloads_shrink_first_and_keep_running():
+    tree = QueueTree([Queue("a", quotas=gpu(1)), Queue("b", quotas=gpu(3))])
+    sc = scenario(tree)
+    sc.add(make_workload("rigid").podset("p", gpu=1).queue("a").created(0).build())
+    sc.add(make_workload("elastic").podset("p", 3, gpu=1).min_available(1).queue("a").created(1).build())
+    sc.run()
+    assert sc.bound("elastic") == 3 and sc.bound("rigid") == 1
+    sc.add(make_workload("b0").podset("p", gpu=2).queue("b").created(5).build())
+    result = sc.cycle()
+    assert sc.bound("b0") == 1
+    assert {e.workload for e in result.evictions} == {"elastic"} and sc.bound("elastic") == 1
+    assert sc.bound("rigid") == 1
+
+
+def test_non_preemptible_workloads_are_never_victims():
+    tree = QueueTree([Queue("q", quotas=gpu(4))])
+    sc = scenario(tree)
+    base = make_workload("keep").podset("p", gpu=4).queue("q").build()
+    sc.add(Workload(base.name, base.podsets, queue="q", preemptible=False))
+    sc.run()
+    sc.add(make_workload("high").podset("p", gpu=1).queue("q").priority(9).build())
+    assert not sc.run().evictions and sc.bound("high") == 0
