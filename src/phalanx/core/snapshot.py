@@ -271,11 +271,12 @@ class Snapshot:
         for t in tasks:
             self._tasks[t.name] = (entry, t)
         self._count_types(tasks, +1)
-        self._add_vec(
-            self.queue_pending,
-            workload.queue,
-            sum((self.request_vector(t.request) for t in tasks), np.zeros(3)),
-        )
+        if self.queues is not None:
+            self._add_vec(
+                self.queue_pending,
+                workload.queue,
+                sum((self.request_vector(t.request) for t in tasks), np.zeros(3)),
+            )
         return entry
 
     def remove_workload(self, name: str) -> None:
@@ -285,11 +286,12 @@ class Snapshot:
             return
         for alloc in list(entry.bound.values()):
             self._unbind(alloc, entry)
-        self._add_vec(
-            self.queue_pending,
-            entry.workload.queue,
-            -sum((self.request_vector(t.request) for t in entry.tasks), np.zeros(3)),
-        )
+        if self.queues is not None:
+            self._add_vec(
+                self.queue_pending,
+                entry.workload.queue,
+                -sum((self.request_vector(t.request) for t in entry.tasks), np.zeros(3)),
+            )
         del self.workloads[name]
         self._set_pending(entry, False)
         self.fresh.discard(name)
@@ -418,8 +420,9 @@ class Snapshot:
         self.queue_gpu_milli[q] = self.queue_gpu_milli.get(q, 0) + alloc.devices.milli * len(
             alloc.devices.gpus
         )
-        self._add_vec(self.queue_usage, q, self.alloc_vector(alloc))
-        self._add_vec(self.queue_pending, q, -self.request_vector(alloc.task.request))
+        if self.queues is not None:
+            self._add_vec(self.queue_usage, q, self.alloc_vector(alloc))
+            self._add_vec(self.queue_pending, q, -self.request_vector(alloc.task.request))
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
@@ -435,8 +438,9 @@ class Snapshot:
         self.release_epoch += 1
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
-        self._add_vec(self.queue_usage, q, -self.alloc_vector(alloc))
-        self._add_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
+        if self.queues is not None:
+            self._add_vec(self.queue_usage, q, -self.alloc_vector(alloc))
+            self._add_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
 
     # ----------------------------------------------------------------- queue accounting
     @staticmethod
