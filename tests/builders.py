@@ -174,6 +174,14 @@ class WorkloadBuilder:
         self._kw["creation_time"] = t
         return self
 
+    def runtime(self, seconds: float) -> WorkloadBuilder:
+        self._kw["estimated_runtime"] = seconds
+        return self
+
+    def preemptible(self, flag: bool) -> WorkloadBuilder:
+        self._kw["preemptible"] = flag
+        return self
+
     def topology(self, level: str, required: bool = False) -> WorkloadBuilder:
         self._kw["topology"] = TopologyConstraint(level, required)
         return self

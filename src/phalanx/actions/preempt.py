@@ -27,7 +27,8 @@ class Preempt:
     def outranks(self, session: Session, a: WorkloadEntry, b: WorkloadEntry) -> bool:
         if self.by == "priority":
             return a.workload.priority > b.workload.priority
-        return session.order_key(a) < session.order_key(b)
+        # the profile's order only: age and name break ties for turns, they give no right to preempt
+        return session.order_key(a)[:-2] < session.order_key(b)[:-2]
 
     def execute(self, session: Session) -> None:
         tries = 0

@@ -7,6 +7,7 @@ open a statement, record a pending reason) so that actions stay short recipes.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,15 @@ from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes earmarked for a waiting gang, and when it is expected to fit there."""
+
+    workload: str
+    nodes: BoolArray
+    due: float
+
+
 class Session:
     def __init__(self, snapshot: Snapshot, profile: Profile, clock: float, rng: np.random.Generator) -> None:
         self.snapshot = snapshot
@@ -37,6 +47,7 @@ class Session:
         self._open: list[Statement] = []
         self._gated: list[WorkloadEntry] | None = None
         self._fair: dict[str, Vector] | None = None
+        self.reservation: Reservation | None = None
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:

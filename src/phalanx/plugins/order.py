@@ -13,3 +13,35 @@ class PriorityOrder:
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
         return (-entry.workload.priority,)
+
+
+class LasOrder:
+    """Least attained service (Tiresias' discretised 2D-LAS): fewer GPU-seconds received, earlier.
+
+    Attained service is GPUs x time run, kept by the driver (`Snapshot.advance`). It is
+    discretised into levels by `thresholds` (GPU-seconds); within a level, age decides. With
+    the `preempt` action (`by: order`), a workload in a lower level preempts higher levels.
+    """
+
+    name = "las"
+    static = False
+
+    def __init__(self, thresholds: list[float] | None = None) -> None:
+        self.thresholds = sorted(thresholds if thresholds is not None else [3600.0, 36_000.0])
+        if any(t <= 0 for t in self.thresholds):
+            raise ValueError("thresholds must be > 0 GPU-seconds")
+
+    def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
+        level = sum(1 for t in self.thresholds if entry.attained >= t)
+        return (level,)
+
+
+class SrtfOrder:
+    """Shortest remaining time first, where run times are known (`estimated_runtime`); unknown go last."""
+
+    name = "srtf"
+    static = False
+
+    def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
+        est = entry.workload.estimated_runtime
+        return (max(0.0, est - entry.executed) if est is not None else float("inf"),)

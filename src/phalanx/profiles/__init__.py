@@ -16,8 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from phalanx.actions.allocate import Allocate
 from phalanx.actions.backfill import Backfill
+from phalanx.actions.consolidate import Consolidate
 from phalanx.actions.preempt import Preempt
 from phalanx.actions.reclaim import Reclaim
+from phalanx.actions.reserve import Reserve
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.plugins.bestfit import BestFitScorer
@@ -29,9 +31,10 @@ from phalanx.plugins.gpuclustering import GpuClusteringScorer
 from phalanx.plugins.gpupacking import GpuPackingScorer
 from phalanx.plugins.gpuselect import BestFitGpu, RandomGpu
 from phalanx.plugins.locality import LocalityScorer
-from phalanx.plugins.order import PriorityOrder
+from phalanx.plugins.order import LasOrder, PriorityOrder, SrtfOrder
 from phalanx.plugins.quota import QuotaCheck
 from phalanx.plugins.random import RandomScorer
+from phalanx.plugins.reservation import ReservationFilter
 from phalanx.plugins.topology import GangAffinityScorer, TopologyPlanner
 from phalanx.plugins.wholeguard import WholeGpuGuard
 
@@ -42,6 +45,8 @@ ACTIONS: Mapping[str, Factory] = {
     "backfill": Backfill,
     "preempt": Preempt,
     "reclaim": Reclaim,
+    "consolidate": Consolidate,
+    "reserve": Reserve,
 }
 SCORERS: Mapping[str, Factory] = {
     "random": RandomScorer,
@@ -56,11 +61,11 @@ SCORERS: Mapping[str, Factory] = {
     "gang-affinity": GangAffinityScorer,
 }
 SELECTORS: Mapping[str, Factory] = {"bestfit-gpu": BestFitGpu, "random-gpu": RandomGpu, "fgd": FgdScorer}
-ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder}
+ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder, "las": LasOrder, "srtf": SrtfOrder}
 PLANNERS: Mapping[str, Factory] = {"topology": TopologyPlanner}
 ADMISSION: Mapping[str, Factory] = {"quota": QuotaCheck}
 QUEUE_ORDERS: Mapping[str, Factory] = {"fairshare": FairShareOrder}
-FILTERS: Mapping[str, Factory] = {"whole-gpu-guard": WholeGpuGuard}
+FILTERS: Mapping[str, Factory] = {"whole-gpu-guard": WholeGpuGuard, "reservation": ReservationFilter}
 
 
 class PluginSpec(BaseModel):

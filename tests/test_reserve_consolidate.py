@@ -1,0 +1,128 @@
+"""Reservation with backfill, consolidation of scattered capacity, and LAS / SRTF orders."""
+
+from builders import Scenario, make_node, make_workload
+from phalanx.profiles import compile_profile
+
+
+def profile(actions, filters=(), order=("priority",), scorer="binpack"):
+    return compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [a if isinstance(a, dict) else {"name": a} for a in actions],
+            "order": [o if isinstance(o, dict) else {"name": o} for o in order],
+            "scorers": [{"name": scorer}],
+            "filters": [{"name": f} for f in filters],
+        }
+    )
+
+
+def nodes(n, gpus=4):
+    return [make_node(f"n{i}").cpu(64).memory("512Gi").gpus(gpus).build() for i in range(n)]
+
+
+def stream(sc):
+    """8 one-GPU jobs end one per cycle and a new 8-second one arrives each cycle; a 2 x 4-GPU gang waits.
+
+    Returns the clock when the gang was placed, or None.
+    """
+    for k in range(8):
+        sc.add(make_workload(f"s{k}").podset("p", gpu=1).runtime(k + 1).created(k).build())
+    sc.cycle()
+    sc.add(make_workload("big").podset("p", 2, gpu=4).runtime(100).created(100).build())
+    for k in range(8, 40):
+        for name, e in list(sc.snapshot.running.items()):
+            since = min(a.since for a in e.bound.values())
+            if name != "big" and sc.clock + 1 >= since + (e.workload.estimated_runtime or 0):
+                sc.complete(name)
+        sc.add(make_workload(f"s{k}").podset("p", gpu=1).runtime(8).created(100 + k).build())
+        sc.cycle()
+        if sc.bound("big") == 2:
+            return sc.clock
+    return None
+
+
+def test_without_reservation_a_stream_of_small_jobs_starves_the_big_gang():
+    sc = Scenario(nodes(2), profile=profile(["allocate", "backfill"]))
+    assert stream(sc) is None
+
+
+def test_reservation_lets_the_big_gang_start_once_the_running_jobs_end():
+    sc = Scenario(nodes(2), profile=profile(["reserve", "allocate", "backfill"], filters=["reservation"]))
+    placed = stream(sc)
+    assert placed is not None and placed <= 10  # the last of the first jobs ends at t=9
+
+
+def test_reserved_nodes_are_backfilled_by_jobs_that_end_before_the_gang_is_due():
+    reserve = {"name": "reserve", "args": {"min_gpus": 4}}
+    sc = Scenario(nodes(1), profile=profile([reserve, "allocate", "backfill"], filters=["reservation"]))
+    sc.add(make_workload("run").podset("p", gpu=2).runtime(50).build())
+    sc.cycle()
+    sc.add(make_workload("big").podset("p", gpu=4).created(1).build())
+    sc.add(make_workload("short").podset("p", gpu=1).runtime(10).created(2).build())
+    sc.add(make_workload("long").podset("p", gpu=1).runtime(500).created(3).build())
+    sc.add(make_workload("unknown").podset("p", gpu=1).created(4).build())
+    sc.cycle()
+    assert sc.bound("short") == 1
+    assert sc.bound("long") == 0 and sc.bound("unknown") == 0
+    reasons = " ".join(r.message for r in sc.pending("long").reasons)
+    assert "reserved for big" in reasons
+
+
+def test_consolidation_moves_restartable_tasks_so_a_gang_fits():
+    sc = Scenario(nodes(2), profile=profile(["allocate"], scorer="spread"))
+    for k in range(4):
+        sc.add(make_workload(f"j{k}").podset("p", gpu=1).created(k).build())
+    sc.run()
+    per_node = sorted(len(sc.snapshot.on_node[i]) for i in range(2))
+    assert per_node == [2, 2]  # scattered: 4 GPUs free, but no node with 4
+    sc.add(make_workload("gang").podset("p", gpu=4).created(10).build())
+    sc.prof = profile(["allocate"])
+    sc.run()
+    assert sc.bound("gang") == 0
+    sc.prof = profile(["allocate", {"name": "consolidate", "args": {"max_moves": 2}}])
+    result = sc.cycle()
+    assert sc.bound("gang") == 1
+    assert len(result.evictions) == 2 and all("make room for gang" in e.reason for e in result.evictions)
+    assert all(sc.bound(f"j{k}") == 1 for k in range(4))  # every moved task found a new place
+
+
+def test_consolidation_never_moves_non_preemptible_tasks_or_evicts_without_a_fit():
+    sc = Scenario(nodes(2), profile=profile(["allocate"], scorer="spread"))
+    for k in range(4):
+        sc.add(make_workload(f"j{k}").podset("p", gpu=1).preemptible(k < 2).created(k).build())
+    sc.run()
+    sc.add(make_workload("gang").podset("p", gpu=4).created(10).build())
+    sc.prof = profile(["allocate", {"name": "consolidate", "args": {"max_moves": 4}}])
+    result = sc.run()
+    assert not sc.snapshot.workloads["j2"].workload.preemptible
+    assert {a.task.workload for a in sc.snapshot.on_node[0].values()} == {"j0", "j2"}
+    # each node holds one pinned task: no node can be emptied, so nothing is moved
+    assert not result.evictions and sc.bound("gang") == 0
+
+
+def test_las_orders_by_attained_service_level_and_preempts_across_levels():
+    las = {"name": "las", "args": {"thresholds": [100]}}
+    prof = profile(["allocate", {"name": "preempt", "args": {"by": "order"}}], order=[las])
+    sc = Scenario(nodes(1), profile=prof)
+    sc.snapshot.advance(0.0)
+    sc.add(make_workload("old").podset("p", gpu=4).created(0).build())
+    sc.cycle()
+    sc.snapshot.advance(50.0)  # 4 GPUs x 50 s = 200 GPU-s: above the threshold
+    assert sc.snapshot.workloads["old"].attained == 200.0
+    sc.add(make_workload("new").podset("p", gpu=2).created(5).build())
+    result = sc.cycle()
+    assert [e.workload for e in result.evictions] == ["old"] and sc.bound("new") == 1
+    sc.add(make_workload("newer").podset("p", gpu=4).created(6).build())
+    result = sc.cycle()
+    # same level as "new": age gives no right to preempt
+    assert not result.evictions and sc.bound("newer") == 0
+
+
+def test_srtf_prefers_the_shortest_remaining_time():
+    sc = Scenario(nodes(1), profile=profile(["allocate"], order=["srtf"]))
+    sc.add(make_workload("long").podset("p", gpu=4).runtime(1000).created(0).build())
+    sc.add(make_workload("unknown").podset("p", gpu=4).created(0).build())
+    sc.add(make_workload("short").podset("p", gpu=4).runtime(10).created(5).build())
+    sc.cycle()
+    assert sc.bound("short") == 1 and sc.bound("long") == 0 and sc.bound("unknown") == 0
