@@ -23,17 +23,18 @@ MIN_RUNTIME = 3.0
 EPS = 1e-6
 
 
-def profile():
+def profile(preempt=True):
+    actions = [
+        {"name": "allocate"},
+        {"name": "reclaim", "args": {"min_runtime": MIN_RUNTIME}},
+        {"name": "preempt", "args": {"min_runtime": MIN_RUNTIME}},
+        {"name": "backfill"},
+    ]
     return compile_profile(
         {
             "name": "props",
             "tie_break": "name",
-            "actions": [
-                {"name": "allocate"},
-                {"name": "reclaim", "args": {"min_runtime": MIN_RUNTIME}},
-                {"name": "preempt", "args": {"min_runtime": MIN_RUNTIME}},
-                {"name": "backfill"},
-            ],
+            "actions": actions if preempt else [a for a in actions if a["name"] != "preempt"],
             "order": [{"name": "priority"}],
             "admission": [{"name": "quota"}],
             "queue_order": {"name": "fairshare"},
@@ -95,7 +96,7 @@ def test_queue_invariants(data):
     leaves = sorted(n for n in tree.queues if tree.is_leaf(n))
     plan = data.draw(arrivals(leaves))
     snap = Snapshot(nodes(), queues=tree)
-    prof = profile()
+    prof = profile(preempt=data.draw(st.booleans(), label="with preempt"))
     rng = np.random.default_rng(0)
     started: dict[str, float] = {}
     finish: dict[str, float] = {}
@@ -121,9 +122,14 @@ def test_queue_invariants(data):
             m = re.search(r"(?:preempted by|for) (\S+?)(?: \(|$)", ev.reason)
             assert m, ev.reason
             assert m.group(1) in bound_now, f"{ev.reason}: the preemptor was not placed"
-            if ev.reason.startswith("reclaimed"):
-                vq = snap.workloads[ev.workload].workload.queue
-                assert snap.usage_of(vq)[0] >= tree.deserved[vq][0] - EPS
+            vq = snap.workloads[ev.workload].workload.queue
+            # preemption inside vq later in the cycle may lower it further: that is vq's own choice
+            inside = any(
+                e.reason.startswith("preempted") and snap.workloads[e.workload].workload.queue == vq
+                for e in result.evictions
+            )
+            if ev.reason.startswith("reclaimed") and not inside:
+                assert snap.usage_of(vq)[0] >= tree.deserved[vq][0] - EPS, f"reclaim took {vq} below deserved"
         for name in list(started):
             if name not in snap.running:
                 started.pop(name)

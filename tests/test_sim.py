@@ -164,12 +164,18 @@ def test_replay_spread_makes_cross_rack_gangs_slower():
     assert off.jobs[0].end == pytest.approx(1000.0)
 
 
-def test_node_failure_restarts_the_job_and_keeps_its_progress():
+def test_node_failure_restarts_the_job_from_its_last_checkpoint():
     nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384),)) for k in range(2)]
     jobs = [JobSpec("j", 0.0, 100.0, 1)]
-    res = replay(nodes, jobs, load_profile("phalanx"), outages=[NodeOutage("n0", 40.0, 500.0)], check=True)
+    fail = [NodeOutage("n0", 45.0, 500.0)]
+    res = replay(nodes, jobs, load_profile("phalanx"), outages=fail, check=True, checkpoint_interval=20)
     j = res.jobs[0]
-    assert j.restarts == 1 and j.end == pytest.approx(100.0)  # 40 s done, 60 s more on n1
+    # checkpoints at 20 s and 40 s: 40 s kept, 5 s lost, 60 s more on n1
+    assert j.restarts == 1 and j.end == pytest.approx(105.0)
+    assert res.summary()["lost_gpu_h_failure"] == pytest.approx(5 / 3600)
+    assert res.summary()["lost_gpu_h_preempt"] == 0
+    never = replay(nodes, jobs, load_profile("phalanx"), outages=fail, checkpoint_interval=0)
+    assert never.jobs[0].end == pytest.approx(145.0)  # no checkpoints: starts over
 
 
 def test_loaders_report_file_and_line():

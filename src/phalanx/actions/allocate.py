@@ -46,6 +46,7 @@ class Allocate:
             entry = entries[pos[q]]
             pos[q] += 1
             if session.parked(entry) or no_room(session, entry):
+                session.attempted.add(entry.name)  # nothing frees up within the cycle: backfill skips it
                 if self.strict_fifo:
                     blocked[q] = entry.name
             else:

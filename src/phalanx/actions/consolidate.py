@@ -23,10 +23,14 @@ from phalanx.core.statement import Statement
 class Consolidate:
     name = "consolidate"
 
-    def __init__(self, max_moves: int = 8, min_runtime: float = 0.0, max_nodes: int = 8) -> None:
+    def __init__(
+        self, max_moves: int = 8, min_runtime: float = 0.0, max_nodes: int = 8, max_attempts: int = 8
+    ) -> None:
         self.max_moves = max_moves
         self.min_runtime = min_runtime
         self.max_nodes = max_nodes
+        self.max_attempts = max_attempts
+        self._room: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def movable(self, session: Session, a: Allocation, gang: str) -> bool:
         entry = session.snapshot.workloads[a.task.workload]
@@ -36,19 +40,37 @@ class Consolidate:
         return len(entry.tasks) == 1 or len(entry.bound) > w.gang_size
 
     def execute(self, session: Session) -> None:
-        moves = 0
+        moves = attempts = 0
+        self._room = None
+        failed: set[object] = set()  # demands that found no way this cycle: their likes will not either
+        fragmented: dict[object, bool] = {}  # per demand, until something moves
         for entry in session.ordered_pending():
-            if moves >= self.max_moves:
+            if moves >= self.max_moves or attempts >= self.max_attempts:
                 return
-            gang, _ = gang_tasks(entry)
-            if not gang or entry.name not in session.pending or session.admit(entry, gang) is not None:
+            key = entry.demand_key
+            if entry.name not in session.pending or entry.bound or key in failed:
                 continue
-            if upper_bound(session, gang) >= len(gang) or not self.enough_in_total(session, gang):
-                continue  # it fits as is, or it is short of capacity rather than fragmented
+            gang, _ = gang_tasks(entry)
+            if not gang:
+                continue
+            if key not in fragmented:
+                # short of capacity rather than fragmented, or it fits as is: nothing to do
+                fragmented[key] = self.enough_in_total(session, gang) and upper_bound(session, gang) < len(
+                    gang
+                )
+            if not fragmented[key]:
+                continue
+            if session.admit(entry, gang) is not None:
+                continue
+            attempts += 1
             used = self.consolidate(session, entry, gang, self.max_moves - moves)
             if used:
                 moves += used
+                self._room = None
+                fragmented.clear()
                 session.pending.pop(entry.name, None)
+            else:
+                failed.add(entry.demand_key)
 
     def enough_in_total(self, session: Session, gang: list[Task]) -> bool:
         """The free capacity, summed over the nodes the gang may use, would hold it."""
@@ -91,28 +113,46 @@ class Consolidate:
         stmt.commit()
         return used
 
+    def room(self, session: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per node: movable tasks, and the whole GPUs, CPU and memory they would free."""
+        if self._room is None:
+            s = session.snapshot
+            n = len(s.cluster)
+            count = np.zeros(n, dtype=np.int64)
+            gpus = np.zeros(n, dtype=np.int64)
+            cpu = np.zeros(n, dtype=np.int64)
+            mem = np.zeros(n, dtype=np.int64)
+            for a in s.allocations.values():
+                if self.movable(session, a, ""):
+                    i = a.node
+                    count[i] += 1
+                    gpus[i] += len(a.devices.gpus) if a.devices.milli >= MILLI else 0
+                    cpu[i] += a.cpu_milli
+                    mem[i] += a.memory_mib
+            self._room = (count, gpus, cpu, mem)
+        return self._room
+
     def target_nodes(self, session: Session, gang: str, task: Task, taken: np.ndarray) -> list[int]:
         """Nodes where moving out movable tasks would make room, fewest moves first."""
         s = session.snapshot
         c = s.cluster
         req = session.effective(task.request)
-        need = req.gpu.devices if req.gpu.total_milli >= 1000 else 1
-        out = []
-        for i in range(len(c)):
-            if taken[i] or not c.node_ready[i] or not s.static_mask(req)[i]:
-                continue
-            movers = [a for a in s.on_node[i].values() if self.movable(session, a, gang)]
-            if not movers:
-                continue
-            gpus = int(c.gpu_whole_free[i]) + sum(
-                len(a.devices.gpus) for a in movers if a.devices.milli >= 1000
-            )
-            cpu = int(c.cpu_free[i]) + sum(a.cpu_milli for a in movers)
-            mem = int(c.mem_free[i]) + sum(a.memory_mib for a in movers)
-            if gpus >= need and cpu >= req.cpu_milli and mem >= req.memory_mib:
-                out.append((len(movers), s.nodes[i].name, i))
-        out.sort()
-        return [i for _, _, i in out[: self.max_nodes]]
+        need = req.gpu.devices if req.gpu.total_milli >= MILLI else 1
+        count, gpus, cpu, mem = self.room(session)
+        ok = (
+            ~taken
+            & c.node_ready
+            & s.static_mask(req)
+            & (count > 0)
+            & (c.gpu_whole_free + gpus >= need)
+            & (c.cpu_free + cpu >= req.cpu_milli)
+            & (c.mem_free + mem >= req.memory_mib)
+        )
+        idx = np.nonzero(ok)[0]
+        if not len(idx):
+            return []
+        order = np.lexsort((s.node_rank[idx], count[idx]))[: self.max_nodes]
+        return [int(i) for i in idx[order]]
 
     def free_node(
         self, session: Session, stmt: Statement, i: int, gang: str, task: Task, taken: np.ndarray, budget: int

@@ -42,6 +42,8 @@ def gang_key(
     topo = entry.workload.topology
     if topo is not None and topo.required and entry.bound:
         return None  # tied to where its running tasks are
+    if not entry.bound and session.profile.gpu_sharing:
+        return entry.demand_key  # same requests, counts and gang size: the same gang
     memo = ("gang_key", session.profile.gpu_sharing, len(entry.bound))
     key = entry.cache.get(memo)
     if key is None:

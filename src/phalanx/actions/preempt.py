@@ -8,7 +8,7 @@ unless the preemptor then fits.
 
 from __future__ import annotations
 
-from phalanx.actions.evict import evict_for, victims
+from phalanx.actions.evict import evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -32,6 +32,7 @@ class Preempt:
 
     def execute(self, session: Session) -> None:
         tries = 0
+        failed: set[object] = set()  # alike preemptors (queue, demand, rank) that found no victims
         for entry in session.ordered_pending():
             if tries >= self.max_preemptors:
                 break
@@ -39,14 +40,25 @@ class Preempt:
             if not gang or entry.name not in session.pending:
                 continue
             q = entry.workload.queue
+            like = (
+                q,
+                entry.demand_key,
+                session.order_key(entry)[:-2] if self.by == "order" else entry.workload.priority,
+            )
+            if like in failed:
+                continue
 
             def eligible(v: WorkloadEntry, e: WorkloadEntry = entry, q: str = q) -> bool:
                 return v.workload.queue == q and v.name != e.name and self.outranks(session, e, v)
 
-            cands = victims(session, eligible, self.min_runtime)
-            if not cands:
+            cands = peek(victims(session, eligible, self.min_runtime, (q,)))
+            if cands is None:
+                failed.add(like)
                 continue
             tries += 1
-            taken = evict_for(session, entry, gang, cands, f"preempted by {entry.name} (higher priority)")
+            why = "higher priority" if self.by == "priority" else "ahead in the workload order"
+            taken = evict_for(session, entry, gang, cands, f"preempted by {entry.name} ({why})")
             if taken is not None:
                 session.pending.pop(entry.name, None)
+            else:
+                failed.add(like)

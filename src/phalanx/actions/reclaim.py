@@ -13,7 +13,7 @@ from functools import partial
 
 import numpy as np
 
-from phalanx.actions.evict import Victim, evict_for, victims
+from phalanx.actions.evict import Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.queues import GPU
 from phalanx.core.session import Session
@@ -36,6 +36,7 @@ class Reclaim:
             return
         fair = session.fair_shares()
         tries = 0
+        failed: set[object] = set()  # (queue, demand) that could not reclaim: their likes cannot either
         for entry in session.ordered_pending():
             if tries >= self.max_preemptors:
                 break
@@ -43,6 +44,8 @@ class Reclaim:
             if not gang or entry.name not in session.pending:
                 continue
             q = entry.workload.queue
+            if (q, entry.demand_key) in failed:
+                continue
             ask = session.request_of(gang)
             entitled = np.maximum(fair.get(q, np.zeros(3)), tree.deserved[q])
             if s.usage_of(q)[GPU] + ask[GPU] > entitled[GPU] + EPS:
@@ -56,8 +59,9 @@ class Reclaim:
             }
             if not over:
                 continue
-            cands = victims(session, partial(_in_queues, over), self.min_runtime)
-            if not cands:
+            cands = peek(victims(session, partial(_in_queues, over), self.min_runtime, over))
+            if cands is None:
+                failed.add((q, entry.demand_key))
                 continue
 
             def keeps_deserved(v: Victim, taken: list[Victim]) -> bool:
@@ -73,6 +77,8 @@ class Reclaim:
             )
             if taken is not None:
                 session.pending.pop(entry.name, None)
+            else:
+                failed.add((q, entry.demand_key))
 
 
 def _in_queues(queues: set[str], entry: WorkloadEntry) -> bool:

@@ -27,12 +27,13 @@ class Reserve:
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
-        heads = [
-            e
-            for e in s.pending_workloads()
-            if not e.bound
-            and sum(t.request.gpu.total_milli for t in gang_tasks(e)[0]) >= self.min_gpus * MILLI
-        ]
+        heads = []
+        for group in s.pending_groups.values():
+            sample = next(iter(group.values()))
+            gpus = sorted((t.request.gpu.total_milli for t in sample.tasks), reverse=True)
+            if sum(gpus[: sample.workload.gang_size]) < self.min_gpus * MILLI:
+                continue  # every workload of a group asks for the same
+            heads += [e for e in group.values() if not e.bound]
         if not heads:
             return
         head = min(heads, key=lambda e: (e.workload.creation_time, e.name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,7 @@ from phalanx.sim.traces.rows import read_rows
 
 DEFAULT_FGD_PROFILES = "phalanx,fgd,bestfit,random"
 DEFAULT_REPLAY_PROFILES = "phalanx,fifo,k8s-default"
+DEFAULT_QUEUE_PROFILES = "phalanx-queues,phalanx,fifo,k8s-default"
 
 
 def _data(name: str) -> Path:
@@ -92,6 +94,12 @@ def simulate(
         float, typer.Option(help="Also run a cycle every S seconds while work waits.")
     ] = 0.0,
     outages: Annotated[Path | None, typer.Option(help="CSV node,start,end of node failures.")] = None,
+    checkpoint_interval: Annotated[
+        float, typer.Option(help="Time replay: seconds between checkpoints of jobs the trace gives none for.")
+    ] = 300.0,
+    half_life: Annotated[
+        float, typer.Option(help="Time replay: half-life (s) of queues' historical usage; 0: off.")
+    ] = 0.0,
     throughputs: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
     durations: Annotated[Path | None, typer.Option(help="Synergy per-job run times CSV.")] = None,
     fgd_results: Annotated[
@@ -104,6 +112,8 @@ def simulate(
         seeds = parse_seeds(seed)
         if load <= 0:
             raise SpecError("--load", f"must be > 0, got {load}")
+        if not checkpoint_interval >= 0 or not half_life >= 0:
+            raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
         fgd_exps: list[FgdExperiment] = []
         rep_exps: list[ReplayExperiment] = []
         notes: list[str] = []
@@ -136,6 +146,9 @@ def simulate(
                     seeds[0],
                     cycle_interval,
                     _outages(outages),
+                    None,
+                    checkpoint_interval,
+                    half_life,
                 )
             )
         else:
@@ -159,18 +172,22 @@ def simulate(
                 )
             else:
                 jobs = load_jobs(trace, kind, mapping, throughputs, durations)
+                default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
                 rep_exps.append(
                     ReplayExperiment(
                         trace.stem,
                         cl.nodes,
                         _speed(jobs, load),
-                        _profiles(profiles, DEFAULT_REPLAY_PROFILES),
+                        _profiles(profiles, default),
                         cl.levels,
                         cl.datasets,
                         rt,
                         seeds[0],
                         cycle_interval,
                         _outages(outages),
+                        cl.queues,
+                        checkpoint_interval,
+                        half_life,
                     )
                 )
         out.mkdir(parents=True, exist_ok=True)
@@ -195,26 +212,7 @@ def _speed(jobs: list[JobSpec], load: float) -> list[JobSpec]:
     if load == 1.0:
         return jobs
     t0 = min(j.submit for j in jobs)
-    return [
-        JobSpec(
-            j.name,
-            t0 + (j.submit - t0) / load,
-            j.duration,
-            j.gpus,
-            j.tasks,
-            j.queue,
-            j.user,
-            j.model,
-            j.iterations,
-            j.dataset,
-            j.cpu_milli,
-            j.memory_mib,
-            j.gpu_milli,
-            j.priority,
-            j.where,
-        )
-        for j in jobs
-    ]
+    return [dataclasses.replace(j, submit=t0 + (j.submit - t0) / load) for j in jobs]
 
 
 def _authors_results(trace: Path) -> Path | None:
@@ -239,6 +237,10 @@ REPLAY_SHOW = {
     "gpu_alloc_pct": "GPU alloc %",
     "deadlocked": "deadlocked",
     "starved": "starved",
+    "max_wait_large_s": "max wait 8+ GPU s",
+    "evictions": "evictions",
+    "lost_gpu_h_preempt": "GPU-h lost",
+    "jain_index": "Jain",
 }
 
 

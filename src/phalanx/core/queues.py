@@ -96,6 +96,14 @@ class QueueTree:
         self.lend = {n: q.vec("lending_limit", INF) for n, q in self.queues.items()}
         # resources a queue has a quota for; deserved-quota rules apply only to these
         self.managed = {n: np.array([r in q.quotas for r in RESOURCES]) for n, q in self.queues.items()}
+        self._ancestors = {n: self._chain(n) for n in self.queues}
+        self._ceiling = {n: np.minimum(self.limit[n], self.deserved[n] + self.borrow[n]) for n in self.queues}
+        self._reserve = {
+            n: np.where(self.managed[n], np.maximum(self.deserved[n] - self.lend[n], 0.0), 0.0)
+            for n in self.queues
+        }
+        # leaves that keep part of their quota even while idle (finite lending limits)
+        self.keepers = [n for n in self.queues if self.is_leaf(n) and self._reserve[n].any()]
 
     def _check_cycles(self) -> None:
         for name in self.queues:
@@ -120,6 +128,9 @@ class QueueTree:
 
     def ancestors(self, name: str) -> list[str]:
         """The queue and its ancestors, leaf first."""
+        return self._ancestors[name]
+
+    def _chain(self, name: str) -> list[str]:
         out = []
         while name:
             out.append(name)
@@ -131,11 +142,11 @@ class QueueTree:
 
     def reserve(self, name: str) -> Vector:
         """The part of the deserved quota a queue never lends (0 for resources without a quota)."""
-        return np.where(self.managed[name], np.maximum(self.deserved[name] - self.lend[name], 0.0), 0.0)
+        return self._reserve[name]
 
     def ceiling(self, name: str) -> Vector:
         """The most a queue may use: its limit and deserved + borrowing limit."""
-        return np.minimum(self.limit[name], self.deserved[name] + self.borrow[name])
+        return self._ceiling[name]
 
 
 def fair_shares(tree: QueueTree, capacity: Vector, demand: Mapping[str, Vector]) -> dict[str, Vector]:

@@ -48,6 +48,8 @@ class Session:
         self._gated: list[WorkloadEntry] | None = None
         self._fair: dict[str, Vector] | None = None
         self.reservation: Reservation | None = None
+        # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
+        self.memo: dict[object, object] = {}
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:

@@ -151,6 +151,10 @@ class Snapshot:
         # queue accounting: (weighted milli-GPU, milli-CPU, MiB) used and still requested, per leaf queue
         self.queues = queues
         self.queue_usage: dict[str, Vector] = {}
+        # usage of each queue and everything below it (leaves included), and of all queues together
+        self.subtree_usage: dict[str, Vector] = {}
+        self.usage_total: Vector = np.zeros(3)
+        self.usage_version = 0  # bumped on every change of queue usage
         self.queue_pending: dict[str, Vector] = {}
         self.queue_history: dict[str, Vector] = {}
         self.history_time: float | None = None
@@ -421,7 +425,7 @@ class Snapshot:
             alloc.devices.gpus
         )
         if self.queues is not None:
-            self._add_vec(self.queue_usage, q, self.alloc_vector(alloc))
+            self._use(q, self.alloc_vector(alloc))
             self._add_vec(self.queue_pending, q, -self.request_vector(alloc.task.request))
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
@@ -439,10 +443,18 @@ class Snapshot:
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
         if self.queues is not None:
-            self._add_vec(self.queue_usage, q, -self.alloc_vector(alloc))
+            self._use(q, -self.alloc_vector(alloc))
             self._add_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
 
     # ----------------------------------------------------------------- queue accounting
+    def _use(self, queue: str, v: Vector) -> None:
+        assert self.queues is not None
+        self._add_vec(self.queue_usage, queue, v)
+        self.usage_version += 1
+        self.usage_total = self.usage_total + v
+        for a in self.queues.ancestors(queue) if queue in self.queues.queues else (queue,):
+            self._add_vec(self.subtree_usage, a, v)
+
     @staticmethod
     def _add_vec(table: dict[str, Vector], key: str, v: Vector) -> None:
         cur = table.get(key)
@@ -490,9 +502,9 @@ class Snapshot:
 
     def usage_of(self, queue: str) -> Vector:
         """Usage of a queue and everything below it."""
-        if self.queues is None or self.queues.is_leaf(queue) or queue not in self.queues.queues:
-            return self.queue_usage.get(queue, np.zeros(3))
-        return sum((self.usage_of(k) for k in self.queues.children[queue]), np.zeros(3))
+        table = self.queue_usage if self.queues is None else self.subtree_usage
+        use = table.get(queue)
+        return use if use is not None else np.zeros(3)
 
     def advance(self, now: float, half_life: float = 0.0) -> None:
         """Account the time since the last call (driver-side, between cycles).

@@ -38,4 +38,8 @@ class FairShareOrder:
         return float(np.max(ratios))
 
     def queue_key(self, session: Session, queue: str) -> tuple[float | int | str, ...]:
-        return (self.standing(session, queue), queue)
+        memo = ("standing", queue, session.snapshot.usage_version)
+        standing = session.memo.get(memo)
+        if standing is None:
+            standing = session.memo[memo] = self.standing(session, queue)
+        return (standing, queue)  # type: ignore[return-value]

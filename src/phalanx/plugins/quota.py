@@ -63,15 +63,11 @@ class QuotaCheck:
                 f"asking {fmt(ask[r], r)})",
             )
         cap = s.capacity_vector()
-        total = np.zeros(len(RESOURCES))
+        total = s.usage_total
         held_back = np.zeros(len(RESOURCES))
-        for use in s.queue_usage.values():
-            total += use
-        for name in tree.queues:
-            if name != q and tree.is_leaf(name):
-                held_back += np.maximum(
-                    tree.reserve(name) - s.queue_usage.get(name, np.zeros(len(RESOURCES))), 0
-                )
+        for name in tree.keepers:
+            if name != q:
+                held_back += np.maximum(tree.reserve(name) - s.usage_of(name), 0)
         short = np.nonzero(total + ask + held_back > cap + EPS)[0]
         if len(short):
             r = int(short[0])

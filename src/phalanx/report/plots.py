@@ -107,6 +107,32 @@ def wait_by_queue(exp: ReplayExperiment, path: Path) -> Path:
     return _save(fig, path)
 
 
+def queue_shares(exp: ReplayExperiment, path: Path, most: int = 6) -> Path:
+    """Per profile: each busy queue's GPUs in use (solid) against its fair share (dashed)."""
+    profiles = [p for p, r in exp.results.items() if r.shares is not None and r.shares.times]
+    fig, axes = plt.subplots(
+        max(len(profiles), 1), 1, figsize=(7, 2.2 * max(len(profiles), 1) + 0.6), sharex=True, squeeze=False
+    )
+    for ax, prof in zip(axes[:, 0], profiles, strict=False):
+        sh = exp.results[prof].shares
+        assert sh is not None
+        t = np.array(sh.times) / 3600
+        use, fair = np.vstack(sh.use), np.vstack(sh.fair)
+        dt = np.append(np.diff(sh.times), 0.0)
+        busiest = np.argsort(-(use * dt[:, None]).sum(axis=0))[:most]
+        for k, q in enumerate(busiest):
+            color = f"C{k}"
+            ax.step(t, use[:, q], where="post", lw=1.0, color=color, label=sh.leaves[q])
+            ax.step(t, fair[:, q], where="post", lw=0.8, ls="--", color=color)
+        ax.set_ylabel("GPUs")
+        ax.set_title(f"{prof}: Jain {sh.mean_index():.2f}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=3)
+    axes[-1, 0].set_xlabel("time (h)")
+    fig.suptitle(f"Queue GPU use (solid) vs fair share (dashed): {exp.name}", fontsize=10)
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

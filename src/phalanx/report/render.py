@@ -32,6 +32,10 @@ REPLAY_COLS = [
     "deadlocked",
     "starved",
     "restarts",
+    "max_wait_large_s",
+    "evictions",
+    "lost_gpu_h_preempt",
+    "jain_index",
 ]
 
 
@@ -89,6 +93,7 @@ def render(
             plots.jct_cdf(r, out / f"jct-cdf-{slug(r.name)}.png").name,
             plots.gpu_over_time(r, out / f"gpu-time-{slug(r.name)}.png").name,
             plots.wait_by_queue(r, out / f"wait-queue-{slug(r.name)}.png").name,
+            plots.queue_shares(r, out / f"queue-share-{slug(r.name)}.png").name,
         ]
         rt = r.runtime.spec
         factors = ", ".join(
@@ -98,7 +103,10 @@ def render(
             _section(
                 f"Time replay: {r.name}",
                 f"{len(r.jobs)} jobs on {len(r.nodes)} nodes "
-                f"({sum(len(n.gpus) for n in r.nodes)} GPUs). Runtime model: {factors}.",
+                f"({sum(len(n.gpus) for n in r.nodes)} GPUs). Runtime model: {factors}. Jobs without "
+                f"checkpoint times checkpoint every {r.checkpoint_interval:g} s; an evicted job loses the "
+                "work since its last one. Jain's index: usage / fair share over the queues that want "
+                "GPUs, time-averaged while two or more do (1 = fair). Large gangs: 8+ GPUs.",
                 r.summary_rows(),
                 REPLAY_COLS,
                 imgs,

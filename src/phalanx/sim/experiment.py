@@ -15,6 +15,7 @@ from typing import IO
 import numpy as np
 
 from phalanx.core.model import Node
+from phalanx.core.queues import QueueTree
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import read_table
 from phalanx.sim.fgd import XS, FgdRun, as_array, run_fgd
@@ -110,6 +111,9 @@ class ReplayExperiment:
     seed: int = 0
     cycle_interval: float = 0.0
     outages: Sequence[NodeOutage] = ()
+    queues: QueueTree | None = None
+    checkpoint_interval: float = 300.0
+    half_life: float = 0.0
     results: dict[str, ReplayResult] = field(default_factory=dict)
 
     def run(self, log: IO[str] | None = None, progress: Progress | None = None) -> None:
@@ -128,6 +132,9 @@ class ReplayExperiment:
                 cycle_interval=self.cycle_interval,
                 outages=self.outages,
                 log=buf,
+                queues=self.queues,
+                checkpoint_interval=self.checkpoint_interval,
+                half_life=self.half_life,
             )
             if log is not None and buf is not None:
                 for line in buf.getvalue().splitlines():

@@ -27,6 +27,8 @@ class JobSpec:
     memory_mib: int = 0
     gpu_milli: int = MILLI
     priority: int = 0
+    preemptible: bool = True
+    checkpoint_interval: float | None = None  # seconds; None: the replay's default
     where: str = ""
 
     def __post_init__(self) -> None:
@@ -39,6 +41,8 @@ class JobSpec:
             raise SpecError(where, f"GPU count must be >= 0, got {self.gpus}")
         if self.tasks < 0:
             raise SpecError(where, f"task count must be >= 0, got {self.tasks}")
+        if self.checkpoint_interval is not None and not self.checkpoint_interval >= 0:
+            raise SpecError(where, f"checkpoint interval must be >= 0 s, got {self.checkpoint_interval}")
         if not 0 < self.gpu_milli <= MILLI:
             raise SpecError(where, f"GPU share per task must be in (0, 1000] milli, got {self.gpu_milli}")
 
@@ -49,7 +53,13 @@ class JobSpec:
             return self.tasks
         return max(1, self.gpus if self.gpu_milli == MILLI else 1)
 
-    def workload(self) -> Workload:
+    @property
+    def gpu_amount(self) -> float:
+        """GPUs the whole job holds (shares count as fractions)."""
+        return self.task_count * self.gpu_milli / MILLI if self.gpu_milli < MILLI else float(self.gpus)
+
+    def workload(self, checkpoint_interval: float = 0.0, estimated_runtime: float | None = None) -> Workload:
+        """The job as a gang; the replay supplies its default checkpoint interval and run-time estimate."""
         n = self.task_count
         if self.gpus == 0:
             gpu = GpuRequest.none()
@@ -69,5 +79,10 @@ class JobSpec:
             min_available=n,
             queue=self.queue,
             priority=self.priority,
+            preemptible=self.preemptible,
             creation_time=self.submit,
+            checkpoint_interval=(
+                self.checkpoint_interval if self.checkpoint_interval is not None else checkpoint_interval
+            ),
+            estimated_runtime=estimated_runtime,
         )

@@ -3,8 +3,11 @@
 A cycle runs after every batch of simultaneous events (and every `cycle_interval` seconds
 while work is pending, if set). A gang starts running once `min_available` of its tasks are
 bound; its run time comes from the runtime model (spread, cache, sharing) at that moment.
-A node failure stops the jobs on it; they keep the work done so far (checkpointed) and
-queue again. The replay ends when no event is left: jobs still waiting then are starved,
+A node failure or an eviction (preempt, reclaim, consolidate) stops a job: it keeps the work
+up to its last checkpoint (every `checkpoint_interval` seconds of run; 0 keeps nothing), loses
+the rest, and queues again. Per-queue GPU use is tracked against fair share (`QueueShares`).
+Attained service and executed time advance before every cycle, for LAS and SRTF orders.
+The replay ends when no event is left: jobs still waiting then are starved,
 and jobs partly placed but never started are deadlocked.
 """
 
@@ -20,13 +23,16 @@ import numpy as np
 
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
+from phalanx.core.errors import SpecError
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable
 from phalanx.core.model import Node
 from phalanx.core.profile import Profile
+from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot, TaskType
 from phalanx.sim.engine import Engine, Event, Kind
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.runtime import JobShape, RuntimeModel
+from phalanx.sim.tenancy import QueueShares, flat_tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,8 @@ class JobRecord:
     run_start: float | None = None
     token: int = 0
     restarts: int = 0
+    evictions: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by stops
     level: str = ""
 
     @property
@@ -75,6 +83,21 @@ class ReplayResult:
     deadlocked: list[str] = field(default_factory=list)
     starved: list[str] = field(default_factory=list)
     cycles: int = 0
+    shares: QueueShares | None = None
+    evicted_tasks: int = 0
+    lost_preempt_gpu_s: float = 0.0
+    lost_failure_gpu_s: float = 0.0
+    large_gpus: int = 8
+
+    def max_large_wait(self) -> float:
+        """Longest wait of a gang of at least `large_gpus` GPUs (until the end for one never started)."""
+        end = self.samples[-1].time if self.samples else 0.0
+        waits = [
+            (j.wait if j.wait is not None else end - j.spec.submit)
+            for j in self.jobs
+            if j.spec.gpu_amount >= self.large_gpus
+        ]
+        return max(waits, default=math.nan)
 
     def completed(self) -> list[JobRecord]:
         return [j for j in self.jobs if j.end is not None]
@@ -100,6 +123,12 @@ class ReplayResult:
             "deadlocked": len(self.deadlocked),
             "starved": len(self.starved),
             "restarts": sum(j.restarts for j in self.jobs),
+            "evictions": sum(j.evictions for j in self.jobs),
+            "evicted_tasks": self.evicted_tasks,
+            "lost_gpu_h_preempt": self.lost_preempt_gpu_s / 3600,
+            "lost_gpu_h_failure": self.lost_failure_gpu_s / 3600,
+            "max_wait_large_s": self.max_large_wait(),
+            "jain_index": self.shares.mean_index() if self.shares is not None else math.nan,
             "cycles": self.cycles,
         }
 
@@ -128,9 +157,22 @@ def replay(
     log: IO[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     check: bool = False,
+    queues: QueueTree | None = None,
+    checkpoint_interval: float = 300.0,
+    estimates: bool = True,
+    half_life: float = 0.0,
+    large_gpus: int = 8,
 ) -> ReplayResult:
+    """Replay `jobs`; `estimates`: workloads carry their trace duration as the run-time estimate."""
+    if queues is not None:
+        for j in jobs:
+            if not queues.is_leaf(j.queue):
+                where = j.where or f"job {j.name}"
+                raise SpecError(where, f"queue {j.queue!r} is not a leaf queue of the cluster's queue tree")
     types = _task_types(jobs)
-    snap = Snapshot(nodes, topology_levels=topology_levels, datasets=datasets, task_types=types)
+    snap = Snapshot(
+        nodes, topology_levels=topology_levels, datasets=datasets, task_types=types, queues=queues
+    )
     model = runtime or RuntimeModel()
     rng = np.random.default_rng(seed)
     eng = Engine()
@@ -146,33 +188,52 @@ def replay(
     c = snap.cluster
     metric = FragmentationIndex(c, TypeTable.build(types, c)) if types else None
     total = max(1, c.total_shared_milli)
-    out = ReplayResult(profile.name, int(c.shared_count.sum()), list(recs.values()))
+    out = ReplayResult(profile.name, int(c.shared_count.sum()), list(recs.values()), large_gpus=large_gpus)
+    shares = QueueShares(queues or flat_tree(j.queue for j in jobs), float(c.shared_count.sum()))
+    out.shares = shares
     running: set[str] = set()
     finished = 0
     tick_at: list[float] = []
     logged: dict[str, str] = {}
 
-    def stop(name: str, now: float) -> None:
-        """A running job loses its tasks (node failure, eviction): keep its progress, queue it again."""
+    def stop(name: str, now: float, evicted: bool) -> None:
+        """A running job loses its tasks: it keeps its work up to the last checkpoint and queues again."""
         r = recs[name]
+        entry = snap.workloads[name]
         if r.run_start is not None and r.run_time:
-            r.done = min(1.0, r.done + (now - r.run_start) / r.run_time * (1.0 - r.done))
+            ran = now - r.run_start
+            every = entry.workload.checkpoint_interval
+            kept = math.floor(ran / every) * every if every > 0 else 0.0
+            r.done = min(1.0, r.done + kept / r.run_time)
+            lost = (ran - kept) * r.spec.gpu_amount
+            r.lost_gpu_s += lost
+            if evicted:
+                out.lost_preempt_gpu_s += lost
+            else:
+                out.lost_failure_gpu_s += lost
         r.run_start = None
         r.token += 1
         r.restarts += 1
+        r.evictions += int(evicted)
         running.discard(name)
+        shares.stop(r.spec.queue, r.spec.gpu_amount, done=False)
+        for other in list(entry.bound.values()):
+            snap.release(other.task.name)
 
     def handle(batch: list[Event]) -> None:
         nonlocal finished
         now = eng.now
         for ev in batch:
             if ev.kind is Kind.ARRIVAL:
-                snap.add_workload(recs[ev.payload].spec.workload())
+                spec = recs[ev.payload].spec
+                snap.add_workload(spec.workload(checkpoint_interval, spec.duration if estimates else None))
+                shares.arrive(spec.queue, spec.gpu_amount)
             elif ev.kind is Kind.COMPLETION:
                 r = recs[ev.payload]
                 if ev.token == r.token and ev.payload in running:
                     r.end = now
                     running.discard(ev.payload)
+                    shares.stop(r.spec.queue, r.spec.gpu_amount, done=True)
                     snap.remove_workload(ev.payload)
                     finished += 1
             elif ev.kind is Kind.NODE_FAIL:
@@ -180,20 +241,23 @@ def replay(
                 for a in list(snap.on_node[i].values()):
                     name = a.task.workload
                     if name in running:
-                        stop(name, now)
+                        stop(name, now, evicted=False)
                     for other in list(snap.workloads[name].bound.values()):
                         snap.release(other.task.name)
                 snap.set_node_ready(ev.payload, False)
             elif ev.kind is Kind.NODE_RECOVER:
                 snap.set_node_ready(ev.payload, True)
+        snap.advance(now, half_life)
         result = run_cycle(snap, profile, now, rng)
         snap.apply(result, now)
         out.cycles += 1
+        out.evicted_tasks += len(result.evictions)
+        for name in {e.workload for e in result.evictions}:
+            # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
+            if name in running and not snap.workloads[name].is_ready:
+                stop(name, now, evicted=True)
         if check:
             c.check_invariants()
-        for e in result.evictions:
-            if e.workload in running:
-                stop(e.workload, now)
         if log is not None:
             _log(log, now, result, logged)
         for name in {b.workload for b in result.binds}:
@@ -209,6 +273,7 @@ def replay(
                 if r.start is None:
                     r.start = now
                 running.add(name)
+                shares.start(job.queue, job.gpu_amount)
                 eng.schedule(now + r.run_time * (1.0 - r.done), Kind.COMPLETION, name, r.token)
         frag_rate = 0.0
         if metric is not None:
@@ -223,6 +288,7 @@ def replay(
                 len(running),
             )
         )
+        shares.sample(now)
         if cycle_interval > 0 and snap.pending_workloads() and (not tick_at or tick_at[-1] <= now):
             tick_at.append(now + cycle_interval)
             eng.schedule(now + cycle_interval, Kind.TICK)

@@ -1,0 +1,99 @@
+"""Replay with queues: evictions, lost work, fair share and Jain's index, waits of large gangs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import Gpu, Node
+from phalanx.core.queues import Queue, QueueTree, ResourceQuota
+from phalanx.profiles import load_profile
+from phalanx.sim.jobs import JobSpec
+from phalanx.sim.replay import replay
+from phalanx.sim.tenancy import QueueShares, flat_tree, jain
+
+
+def gpu_nodes(n, gpus=4):
+    return [
+        Node(f"n{k}", 64_000, 512 * 1024, tuple(Gpu(j, "V100", 16384) for j in range(gpus))) for k in range(n)
+    ]
+
+
+def two_teams():
+    q = {"gpu": ResourceQuota(2000)}
+    return QueueTree([Queue("a", quotas=q), Queue("b", quotas=q)])
+
+
+def team_jobs():
+    return [
+        JobSpec("a1", 0.0, 1000.0, 2, queue="a"),
+        JobSpec("a2", 0.0, 1000.0, 2, queue="a"),
+        JobSpec("b1", 700.0, 1000.0, 2, queue="b"),
+    ]
+
+
+def test_jain_index_bounds():
+    assert jain(np.array([1.0, 1.0, 1.0])) == pytest.approx(1.0)
+    assert jain(np.array([3.0, 0.0, 0.0])) == pytest.approx(1 / 3)
+
+
+def test_reclaim_in_replay_restores_the_borrowed_share_and_counts_the_lost_work():
+    res = replay(gpu_nodes(1), team_jobs(), load_profile("phalanx-queues"), queues=two_teams(), check=True)
+    s = res.summary()
+    # one a-job ran 700 s, checkpointed at 300 and 600: 100 s x 2 GPUs lost
+    assert s["evictions"] == 1 and s["evicted_tasks"] == 2
+    assert s["lost_gpu_h_preempt"] == pytest.approx(200 / 3600)
+    victim = [j for j in res.jobs if j.evictions]
+    assert len(victim) == 1 and victim[0].spec.queue == "a"
+    assert victim[0].end == pytest.approx(1400.0)  # restarts at 1000 with 400 s of work left
+    assert s["completed"] == 3 and s["jain_index"] == pytest.approx(1.0)
+    b1 = next(j for j in res.jobs if j.spec.name == "b1")
+    assert b1.wait == 0.0
+
+
+def test_without_reclaim_the_borrowing_queue_keeps_everything_and_fairness_drops():
+    res = replay(gpu_nodes(1), team_jobs(), load_profile("phalanx"), queues=two_teams())
+    s = res.summary()
+    assert s["evictions"] == 0 and s["lost_gpu_h_preempt"] == 0
+    assert s["jain_index"] == pytest.approx(0.5)  # 300 s with a on 4 GPUs, b on none
+    assert next(j for j in res.jobs if j.spec.name == "b1").wait == pytest.approx(300.0)
+
+
+def test_flat_tree_fair_share_is_max_min():
+    sh = QueueShares(flat_tree(["x", "y", "z"]), 12.0)
+    sh.arrive("x", 10)
+    sh.arrive("y", 2)
+    sh.start("y", 2)
+    sh.sample(0.0)
+    fair = dict(zip(sh.leaves, sh.fair[-1], strict=True))
+    assert fair == {"x": pytest.approx(10.0), "y": pytest.approx(2.0), "z": 0.0}
+    assert sh.index[-1] == pytest.approx(0.5)  # y at its share, x at none of it
+
+
+def test_large_gang_is_not_starved_by_a_stream_of_small_jobs_with_a_reservation():
+    jobs = [JobSpec(f"s{k:03d}", float(k), 8.0, 1) for k in range(200)]
+    jobs.append(JobSpec("big", 2.5, 50.0, 8))
+    greedy = replay(gpu_nodes(2), jobs, load_profile("phalanx"))
+    reserved = replay(gpu_nodes(2), jobs, load_profile("phalanx-queues"), check=True)
+    assert greedy.summary()["max_wait_large_s"] > 150  # waits for the stream to dry up
+    assert reserved.summary()["max_wait_large_s"] <= 10
+    assert reserved.summary()["completed"] == len(jobs)
+
+
+def test_queue_not_in_the_tree_is_a_clear_error():
+    jobs = [JobSpec("j", 0.0, 10.0, 1, queue="nope", where="trace.csv line 2")]
+    with pytest.raises(SpecError) as e:
+        replay(gpu_nodes(1), jobs, load_profile("phalanx"), queues=two_teams())
+    assert "trace.csv line 2" in str(e.value) and "'nope'" in str(e.value)
+
+
+def test_las_replay_lets_short_jobs_overtake_a_long_one():
+    jobs = [JobSpec("long", 0.0, 20_000.0, 4)] + [JobSpec(f"short{k}", 4000.0 + k, 100.0, 4) for k in range(3)]
+    fifo = replay(gpu_nodes(1), jobs, load_profile("fifo"))
+    las = replay(gpu_nodes(1), jobs, load_profile("las"), check=True)
+    short = [j.jct for j in las.jobs if j.spec.name.startswith("short")]
+    assert max(x for x in short if x is not None) < 400  # long has 16,000 GPU-s > 3,600: lower level
+    assert las.summary()["evictions"] >= 1 and las.summary()["completed"] == 4
+    assert las.summary()["avg_jct_s"] < fifo.summary()["avg_jct_s"]
+    assert not math.isnan(las.summary()["lost_gpu_h_preempt"])
