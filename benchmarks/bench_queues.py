@@ -116,25 +116,33 @@ def main() -> None:
         snap.add_workload(workload(f"pend-{j:06d}", leaves[j % len(leaves)], 10.0 + j * 1e-3, rng))
     snap.advance(0.0)
     snap.advance(3600.0)
+    running = len(snap.running)
     cycle_s, result = timed(snap, "phalanx-queues", 3600.0)
+    running2, pending2 = len(snap.running), len(snap.pending_workloads())
     again_s, again = timed(snap, "phalanx-queues", 3601.0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    nq = len(qt.queues)
     print("| phase | nodes | queues | running workloads | pending workloads | binds | evictions | s |")
     print("|---|---|---|---|---|---|---|---|")
-    print(
-        f"| fill (cold allocate from empty, `phalanx`) | {args.nodes:,} | {len(qt.queues)} | 0 | {k:,} "
-        f"| {len(fill.binds):,} | 0 | {fill_s:.2f} |"
+    row("fill (cold allocate from empty, `phalanx`)", args.nodes, nq, 0, k, fill, fill_s)
+    row(
+        f"full cycle (`phalanx-queues`), GPUs {100 * used:.0f}% used",
+        args.nodes,
+        nq,
+        running,
+        args.pending,
+        result,
+        cycle_s,
     )
-    running = len(snap.running)
-    print(
-        f"| full cycle (`phalanx-queues`), GPUs {100 * used:.0f}% used | {args.nodes:,} | {len(qt.queues)} "
-        f"| {running:,} | {args.pending:,} | {len(result.binds):,} | {len(result.evictions):,} | {cycle_s:.2f} |"
-    )
-    print(
-        f"| next cycle | {args.nodes:,} | {len(qt.queues)} | {len(snap.running):,} "
-        f"| {len(snap.pending_workloads()):,} | {len(again.binds):,} | {len(again.evictions):,} | {again_s:.2f} |"
-    )
+    row("next cycle", args.nodes, nq, running2, pending2, again, again_s)
     print(f"\npeak RSS {rss:.0f} MiB")
+
+
+def row(phase: str, nodes: int, queues: int, running: int, pending: int, r: CycleResult, s: float) -> None:
+    print(
+        f"| {phase} | {nodes:,} | {queues} | {running:,} | {pending:,} | {len(r.binds):,} "
+        f"| {len(r.evictions):,} | {s:.2f} |"
+    )
 
 
 if __name__ == "__main__":

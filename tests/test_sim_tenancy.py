@@ -89,7 +89,9 @@ def test_queue_not_in_the_tree_is_a_clear_error():
 
 
 def test_las_replay_lets_short_jobs_overtake_a_long_one():
-    jobs = [JobSpec("long", 0.0, 20_000.0, 4)] + [JobSpec(f"short{k}", 4000.0 + k, 100.0, 4) for k in range(3)]
+    jobs = [JobSpec("long", 0.0, 20_000.0, 4)] + [
+        JobSpec(f"short{k}", 4000.0 + k, 100.0, 4) for k in range(3)
+    ]
     fifo = replay(gpu_nodes(1), jobs, load_profile("fifo"))
     las = replay(gpu_nodes(1), jobs, load_profile("las"), check=True)
     short = [j.jct for j in las.jobs if j.spec.name.startswith("short")]
