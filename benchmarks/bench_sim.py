@@ -5,6 +5,7 @@ and the time-replay comparison on the Tiresias and Gavel traces.
     python benchmarks/bench_sim.py lists [--seeds 42-51]     # fgd and phalanx on all 15 openb lists
     python benchmarks/bench_sim.py speed                     # one run, 60 runs, the 15K-job replay
     python benchmarks/bench_sim.py replay                    # Tiresias, Gavel: phalanx, fifo, k8s-default
+    python benchmarks/bench_sim.py tenancy [--limit N]      # Gavel VCs as 15 queues: fairness, evictions
 
 Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
 """
@@ -18,6 +19,7 @@ import resource
 import time
 from pathlib import Path
 
+from phalanx.core.queues import Queue, QueueTree, ResourceQuota
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import BenchJob, diff, parse_seeds, run_bench, write_results
 from phalanx.sim.fgd import run_fgd
@@ -155,9 +157,37 @@ def replays() -> None:
             )
 
 
+def tenancy(limit: int = 0) -> None:
+    """Gavel msr seed 0: its 15 virtual clusters as 15 queues with equal deserved GPUs (500 / 15)."""
+    jobs = gavel_jobs()
+    if limit:
+        jobs = sorted(jobs, key=lambda j: j.submit)[:limit]
+    nodes, levels = gavel.philly_cluster()
+    vcs = sorted({j.queue for j in jobs})
+    share = 500_000 / len(vcs)
+    tree = QueueTree(Queue(v, quotas={"gpu": ResourceQuota(share)}) for v in vcs)
+    print(
+        f"Gavel msr seed 0, {len(jobs):,} jobs, 500 V100, {len(vcs)} VC queues "
+        f"(deserved {share / 1000:.1f} GPUs each), checkpoints every 300 s\n"
+    )
+    print(
+        "| profile | avg JCT (s) | p95 JCT (s) | avg wait (s) | max wait 8+ GPU (s) | Jain | evictions "
+        "| GPU-h lost | GPU alloc (%) | starved | wall (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for prof in ("phalanx-queues", "phalanx", "fifo", "las"):
+        t = time.perf_counter()
+        s = replay(nodes, jobs, load_profile(prof), topology_levels=levels, queues=tree).summary()
+        cells = [f"{s[k]:,.0f}" for k in ("avg_jct_s", "p95_jct_s", "avg_wait_s", "max_wait_large_s")]
+        cells += [f"{s['jain_index']:.3f}", f"{s['evictions']:,}", f"{s['lost_gpu_h_preempt']:,.0f}"]
+        cells += [f"{s['gpu_alloc_pct']:.1f}", str(s["starved"])]
+        print(f"| {prof} | " + " | ".join(cells) + f" | {time.perf_counter() - t:.0f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["fidelity", "lists", "speed", "replay"])
+    ap.add_argument("what", choices=["fidelity", "lists", "speed", "replay", "tenancy"])
+    ap.add_argument("--limit", type=int, default=0, help="tenancy: only the first N jobs")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -169,6 +199,8 @@ def main() -> None:
         lists(parse_seeds(args.seeds), out)
     elif args.what == "speed":
         speed()
+    elif args.what == "tenancy":
+        tenancy(args.limit)
     else:
         replays()
 

@@ -122,3 +122,34 @@ def test_non_preemptible_workloads_are_never_victims():
     sc.run()
     sc.add(make_workload("high").podset("p", gpu=1).queue("q").priority(9).build())
     assert not sc.run().evictions and sc.bound("high") == 0
+
+
+def owed_profile(owed):
+    return compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [{"name": "allocate"}, {"name": "reclaim", "args": {"owed": owed}}],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+
+
+def test_reclaim_owes_the_deserved_quota_by_default_and_the_fair_share_on_request():
+    outcomes = {}
+    for owed in ("deserved", "fair"):
+        tree = QueueTree([Queue("a", quotas=gpu(1)), Queue("b", quotas=gpu(1))])
+        sc = scenario(tree)
+        sc.prof = owed_profile(owed)
+        for k in range(3):
+            sc.add(make_workload(f"b{k}").podset("p", gpu=1).queue("b").created(k).build())
+        sc.run()
+        for k in range(2):
+            sc.add(make_workload(f"a{k}").podset("p", gpu=1).queue("a").created(10 + k).build())
+        sc.run()
+        outcomes[owed] = (sc.bound("a0") + sc.bound("a1"), sc.snapshot.usage_of("b")[0])
+    # a holds its deserved 1 GPU: nothing is owed to it; its fair share of the 4 GPUs is 2
+    assert outcomes["deserved"] == (1, 3000)
+    assert outcomes["fair"] == (2, 2000)

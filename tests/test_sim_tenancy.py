@@ -99,3 +99,32 @@ def test_las_replay_lets_short_jobs_overtake_a_long_one():
     assert las.summary()["evictions"] >= 1 and las.summary()["completed"] == 4
     assert las.summary()["avg_jct_s"] < fifo.summary()["avg_jct_s"]
     assert not math.isnan(las.summary()["lost_gpu_h_preempt"])
+
+
+def test_simulate_cli_with_queues_in_the_cluster_yaml(tmp_path):
+    from typer.testing import CliRunner
+
+    from phalanx.cli.main import app
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "node_groups:\n  - {name: n, count: 1, cpu: 32, memory: 64Gi,"
+        " gpus: {count: 4, model: V100, memory: 16Gi}}\n"
+        "queues:\n  - {name: a, quotas: {gpu: {deserved: 2}}}\n  - {name: b, quotas: {gpu: {deserved: 2}}}\n"
+    )
+    trace = tmp_path / "t.csv"
+    trace.write_text("t,d,g,team\n0,1000,2,a\n0,1000,2,a\n700,1000,2,b\n")
+    args = ["simulate", "--trace", str(trace), "--map", "submit=t,duration=d,gpus=g,queue=team"]
+    out = tmp_path / "o"
+    r = CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = (out / "metrics.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    assert "jain_index" in head and "lost_gpu_h_preempt" in head
+    by_profile = {row.split(",")[head.index("profile")]: row.split(",") for row in rows[1:]}
+    assert set(by_profile) == {"phalanx-queues", "phalanx", "fifo", "k8s-default"}
+    assert by_profile["phalanx-queues"][head.index("evictions")] == "1"
+    assert (out / "queue-share-t.png").stat().st_size > 0
+    trace.write_text("t,d,g,team\n0,1000,2,nope\n")
+    r = CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--out", str(out)])
+    assert r.exit_code == 2 and "'nope'" in r.output and "t.csv" in r.output

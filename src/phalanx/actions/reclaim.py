@@ -1,10 +1,13 @@
-"""Reclaim: a queue below its fair share takes capacity back from queues above theirs.
+"""Reclaim: a queue short of what it is owed takes capacity back from queues that borrowed.
 
-Preemptors are pending workloads of queues whose usage (plus the gang) stays within
-max(fair share, deserved quota). Victims are preemptible workloads of other queues that
-are above their fair share, and a victim is taken only if its queue stays at or above its
-deserved quota. Elastic surplus goes first, then the least lost work. Nothing is evicted
-unless the preemptor then fits.
+`owed: deserved` (default, Kueue's reclaim within a cohort): a queue below its deserved
+quota may evict workloads of queues above theirs, never taking them below it. The surplus
+beyond deserved quotas is shared by the allocation order (queues furthest below their fair
+share go first), not by evictions, so queues do not take turns evicting each other.
+`owed: fair` (KAI-like): the same with the fair share (never below deserved) in place of
+the deserved quota: fairer surplus, more evictions.
+Elastic surplus goes first, then the least lost work. Nothing is evicted unless the
+preemptor then fits.
 """
 
 from __future__ import annotations
@@ -25,16 +28,24 @@ EPS = 1e-6
 class Reclaim:
     name = "reclaim"
 
-    def __init__(self, min_runtime: float = 0.0, max_preemptors: int = 16) -> None:
+    def __init__(self, min_runtime: float = 0.0, max_preemptors: int = 16, owed: str = "deserved") -> None:
+        if owed not in ("deserved", "fair"):
+            raise ValueError("owed must be 'deserved' or 'fair'")
         self.min_runtime = min_runtime
         self.max_preemptors = max_preemptors
+        self.owed = owed
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
         tree = s.queues
         if tree is None:
             return
-        fair = session.fair_shares()
+        zero = np.zeros(3)
+        if self.owed == "fair":
+            fair = session.fair_shares()
+            owed = {q: np.maximum(fair.get(q, zero), tree.deserved[q]) for q in tree.queues}
+        else:
+            owed = dict(tree.deserved)
         tries = 0
         failed: set[object] = set()  # (queue, demand) that could not reclaim: their likes cannot either
         for entry in session.ordered_pending():
@@ -47,15 +58,12 @@ class Reclaim:
             if (q, entry.demand_key) in failed:
                 continue
             ask = session.request_of(gang)
-            entitled = np.maximum(fair.get(q, np.zeros(3)), tree.deserved[q])
-            if s.usage_of(q)[GPU] + ask[GPU] > entitled[GPU] + EPS:
+            if s.usage_of(q)[GPU] + ask[GPU] > owed[q][GPU] + EPS:
                 continue
             over = {
                 name
                 for name in tree.queues
-                if tree.is_leaf(name)
-                and name != q
-                and s.usage_of(name)[GPU] > fair.get(name, np.zeros(3))[GPU] + EPS
+                if tree.is_leaf(name) and name != q and s.usage_of(name)[GPU] > owed[name][GPU] + EPS
             }
             if not over:
                 continue
@@ -65,11 +73,11 @@ class Reclaim:
                 continue
 
             def keeps_deserved(v: Victim, taken: list[Victim]) -> bool:
-                """After evicting v (earlier victims are already out), its queue keeps its deserved GPUs."""
+                """After evicting v (earlier victims are already out), its queue keeps what it is owed."""
                 vq = v.entry.workload.queue
                 still = [a for a in v.allocs if a.task.name in s.allocations]
                 left = s.usage_of(vq)[GPU] - sum(s.alloc_vector(a)[GPU] for a in still)
-                return bool(left >= tree.deserved[vq][GPU] - EPS)
+                return bool(left >= owed[vq][GPU] - EPS)
 
             tries += 1
             taken = evict_for(
