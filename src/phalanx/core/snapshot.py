@@ -566,6 +566,10 @@ class Snapshot:
                     del self.pending_groups[key]
                     del self.group_order[key]
 
+    def entry_of_task(self, task_name: str) -> WorkloadEntry:
+        """The workload a task belongs to."""
+        return self._find_task(task_name)[0]
+
     def _find_task(self, task_name: str) -> tuple[WorkloadEntry, Task]:
         found = self._tasks.get(task_name)
         if found is None:

@@ -1,0 +1,43 @@
+"""Settings of the Kubernetes adapter (command-line flags of `phalanx scheduler`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from phalanx.core.errors import SpecError
+
+DEFAULT_LEVELS = (
+    ("zone", "topology.kubernetes.io/zone"),
+    ("spine", "topology.phalanx.io/spine"),
+    ("rack", "topology.phalanx.io/rack"),
+)
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    scheduler_name: str = "phalanx"
+    profile: str = "phalanx-queues"
+    # topology levels, outermost first: (level name, node label key)
+    levels: tuple[tuple[str, str], ...] = DEFAULT_LEVELS
+    # extended resources that count RDMA NICs
+    rdma_resources: tuple[str, ...] = ("rdma/rdma_shared_device_a", "rdma/hca", "nvidia.com/rdma")
+    pool_label: str = "phalanx.io/node-pool"
+    default_queue: str = "default"
+    namespace: str = "phalanx-system"  # for the leader-election Lease
+    cycle_seconds: float = 1.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def parse_levels(text: str) -> tuple[tuple[str, str], ...]:
+    """`zone=topology.kubernetes.io/zone,rack=example.com/rack` -> ((zone, key), (rack, key))."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise SpecError("--topology-levels", f"expected level=label-key pairs, got {part!r}")
+        level, key = (x.strip() for x in part.split("=", 1))
+        if not level or not key:
+            raise SpecError("--topology-levels", f"empty level or label key in {part!r}")
+        out.append((level, key))
+    return tuple(out)

@@ -1,0 +1,169 @@
+"""Pods -> workloads (gangs): by named pod group, by controlling owner, or one pod alone.
+
+A pod names its group with any key of `keys.GROUP_KEYS`; the PodGroup object of that name
+(ours, KAI, Volcano or scheduler-plugins) gives `minMember`, queue and topology. Without a
+PodGroup object, Kueue's `pod-group-total-count` or the pods present set the minimum.
+Pods with no group but a controlling owner of a kind in `keys.AUTO_GROUP_OWNERS` form one
+workload per owner: all pods present are the gang (a RayCluster needs only its head), unless
+`phalanx.io/min-available` says otherwise. Any other pod is a workload of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import PodSet, TaskRequest, TopologyConstraint, Workload
+from phalanx.k8s import keys
+from phalanx.k8s.pods import PodInfo, timestamp
+
+
+@dataclass
+class Group:
+    """One workload and where it came from."""
+
+    name: str  # namespace/group, namespace/Kind/owner, or namespace/pod
+    namespace: str
+    pods: list[PodInfo]
+    pod_group: dict[str, Any] | None = None  # the PodGroup object, if any
+    min_available: int = 0
+    queue: str = ""
+    topology: TopologyConstraint | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def group_pods(pods: list[PodInfo], pod_groups: list[dict[str, Any]]) -> list[Group]:
+    by_name: dict[tuple[str, str], dict[str, Any]] = {}
+    ordered = sorted(pod_groups, key=lambda o: not str(o.get("apiVersion", "")).startswith(keys.GROUP))
+    for pg in ordered:
+        meta = pg.get("metadata") or {}
+        by_name.setdefault((str(meta.get("namespace", "default")), str(meta.get("name", ""))), pg)
+    groups: dict[str, Group] = {}
+    for p in sorted(pods, key=lambda p: p.key):
+        gname = p.tag(keys.GROUP_KEYS)
+        if gname:
+            gid = f"{p.namespace}/{gname}"
+            g = groups.setdefault(gid, Group(gid, p.namespace, [], by_name.get((p.namespace, gname))))
+        else:
+            owner = _owner(p)
+            gid = f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
+            g = groups.setdefault(gid, Group(gid, p.namespace, []))
+        g.pods.append(p)
+    for g in groups.values():
+        _settle(g)
+    return list(groups.values())
+
+
+def _owner(p: PodInfo) -> tuple[str, str] | None:
+    for label, kind in keys.OWNER_LABELS:
+        if label in p.labels:
+            name = p.labels[label]
+            if kind == "LeaderWorkerSet":  # each leader + workers group is one gang
+                name = f"{name}-{p.labels.get('leaderworkerset.sigs.k8s.io/group-index', '0')}"
+            return kind, name
+    if p.owner and p.owner[0] in keys.AUTO_GROUP_OWNERS:
+        return p.owner
+    return None
+
+
+def _int(text: object, where: str) -> int:
+    try:
+        v = int(str(text))
+    except ValueError:
+        raise SpecError(where, f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise SpecError(where, f"must be >= 1, got {v}")
+    return v
+
+
+def _settle(g: Group) -> None:
+    """Minimum, queue and topology of the group, or the problems that keep it from running."""
+    n = len(g.pods)
+    first = g.pods[0]
+    try:
+        if g.pod_group is not None:
+            spec = g.pod_group.get("spec") or {}
+            kind = f"PodGroup {g.name}"
+            g.min_available = _int(spec.get("minMember", 1), f"{kind}: spec.minMember")
+            g.queue = str(spec.get("queue") or "")
+            topo = spec.get("topology")
+            if topo:
+                if not isinstance(topo, dict) or not topo.get("level"):
+                    raise SpecError(
+                        f"{kind}: spec.topology", "needs a level, e.g. {level: rack, required: true}"
+                    )
+                g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
+            if g.min_available > n:
+                g.problems.append(
+                    f"{kind}: minMember {g.min_available} exceeds the {n} pod(s) that belong to it; "
+                    "waiting for more"
+                )
+        elif keys.KUEUE_GROUP_TOTAL in first.annotations:
+            g.min_available = _int(
+                first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
+            )
+            if g.min_available > n:
+                g.problems.append(
+                    f"pod group {g.name}: {g.min_available} pods expected, {n} present; waiting for more"
+                )
+        elif keys.MIN_AVAILABLE in first.annotations:
+            g.min_available = _int(
+                first.annotations[keys.MIN_AVAILABLE], f"pod {first.key}: {keys.MIN_AVAILABLE}"
+            )
+            g.min_available = min(g.min_available, n)
+        elif "/RayCluster/" in g.name:
+            g.min_available = 1
+        else:
+            g.min_available = n
+        level = first.annotations.get(keys.TOPOLOGY_LEVEL)
+        if level and g.topology is None:
+            g.topology = TopologyConstraint(
+                level, first.annotations.get(keys.TOPOLOGY_REQUIRED, "").lower() == "true"
+            )
+    except SpecError as e:
+        g.problems.append(str(e))
+    g.queue = g.queue or first.tag(keys.QUEUE_KEYS)
+
+
+def workload_of(g: Group, queue: str) -> Workload:
+    """The group as a core Workload; its tasks are named by pod (namespace/name)."""
+    shapes: dict[tuple[object, ...], tuple[TaskRequest, list[str]]] = {}
+    for p in g.pods:
+        shapes.setdefault(p.request.shape_key, (p.request, []))[1].append(p.key)
+    podsets = tuple(
+        PodSet(f"ps{k}", len(names), req, tuple(names)) for k, (req, names) in enumerate(shapes.values())
+    )
+    first = g.pods[0]
+    notes = first.annotations
+    where = f"pod {first.key}"
+    created = min(p.created for p in g.pods)
+    if g.pod_group is not None:
+        created = timestamp((g.pod_group.get("metadata") or {}).get("creationTimestamp")) or created
+    return Workload(
+        g.name,
+        podsets,
+        min_available=min(g.min_available, len(g.pods)),
+        queue=queue,
+        priority=max(p.priority for p in g.pods),
+        preemptible=notes.get(keys.PREEMPTIBLE, "true").lower() != "false",
+        creation_time=created,
+        topology=g.topology,
+        checkpoint_interval=_seconds(
+            notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}"
+        )
+        or 0.0,
+        estimated_runtime=_seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
+    )
+
+
+def _seconds(text: str | None, where: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        v = float(text.rstrip("s"))
+    except ValueError:
+        raise SpecError(where, f"expected seconds, got {text!r}") from None
+    if not v > 0:
+        raise SpecError(where, f"must be > 0 seconds, got {text!r}")
+    return v

@@ -1,0 +1,90 @@
+"""Label, annotation and resource keys Phalanx reads and writes, ours and the dialects we accept.
+
+`docs/kubernetes.md` has the table of what each key means in Phalanx.
+"""
+
+from __future__ import annotations
+
+GROUP = "scheduling.phalanx.io"
+VERSION = "v1alpha1"
+
+# written by Phalanx on pods before the bind (device assignment; see docs/kubernetes.md)
+GPU_DEVICES = "phalanx.io/gpu-devices"  # "0,1": GPU indices on the node
+GPU_FRACTION = "phalanx.io/gpu-fraction"  # "0.5": share of each GPU in GPU_DEVICES
+GPU_MEMORY = "phalanx.io/gpu-memory"  # "10240": MiB of each GPU in GPU_DEVICES (shares)
+MIG_SLICE = "phalanx.io/mig-slice"  # "3g.40gb@4": profile and start slot on GPU_DEVICES[0]
+RDMA_NICS = "phalanx.io/rdma-nics"  # "0,1": RDMA NIC indices
+NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod, written before the bind
+
+# read by Phalanx
+DEVICE_TOPOLOGY = "phalanx.io/device-topology"  # node annotation, JSON (docs/kubernetes.md)
+CACHED_DATASETS = "phalanx.io/cached-datasets"  # node annotation, JSON {"name": "150Gi"}
+QUEUE = "phalanx.io/queue"
+POD_GROUP = "phalanx.io/pod-group"
+MIN_AVAILABLE = "phalanx.io/min-available"
+PREEMPTIBLE = "phalanx.io/preemptible"
+CHECKPOINT_INTERVAL = "phalanx.io/checkpoint-interval"
+ESTIMATED_RUNTIME = "phalanx.io/estimated-runtime"
+DATASET = "phalanx.io/dataset"
+TOPOLOGY_LEVEL = "phalanx.io/topology-level"
+TOPOLOGY_REQUIRED = "phalanx.io/topology-required"
+RDMA_SAME_PCIE = "phalanx.io/rdma-same-pcie"
+
+# the queue of a pod, in order of precedence (label or annotation)
+QUEUE_KEYS = (
+    QUEUE,
+    "kai.scheduler/queue",
+    "runai/queue",
+    "scheduling.volcano.sh/queue-name",
+    "kueue.x-k8s.io/queue-name",
+)
+# the pod group a pod belongs to (label or annotation)
+GROUP_KEYS = (
+    POD_GROUP,
+    "pod-group-name",  # KAI
+    "scheduling.k8s.io/group-name",  # Volcano
+    "scheduling.volcano.sh/group-name",
+    "scheduling.x-k8s.io/pod-group",  # scheduler-plugins coscheduling
+    "kueue.x-k8s.io/pod-group-name",
+)
+KUEUE_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+
+# KAI GPU sharing annotations
+KAI_FRACTION = "gpu-fraction"
+KAI_MEMORY = "gpu-memory"
+KAI_FRACTION_DEVICES = "gpu-fraction-num-devices"
+
+# resources
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+HAMI_GPUMEM = "nvidia.com/gpumem"
+HAMI_GPUMEM_PERCENT = "nvidia.com/gpumem-percentage"
+
+# NVIDIA GPU Feature Discovery labels
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_MIG_CONFIG = "nvidia.com/mig.config"
+
+# PodGroup kinds we read: (group, version, plural)
+POD_GROUP_KINDS = (
+    (GROUP, VERSION, "podgroups"),
+    ("scheduling.run.ai", "v2alpha2", "podgroups"),
+    ("scheduling.volcano.sh", "v1beta1", "podgroups"),
+    ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+)
+QUEUE_KINDS = (
+    (GROUP, VERSION, "queues"),
+    ("scheduling.run.ai", "v2", "queues"),
+    ("scheduling.volcano.sh", "v1beta1", "queues"),
+)
+
+# owners whose pods form one workload when no pod group is named
+AUTO_GROUP_OWNERS = ("Job", "JobSet", "PyTorchJob", "MPIJob", "RayCluster", "LeaderWorkerSet", "TFJob")
+# labels that name the real owner when the direct owner is an intermediate object
+OWNER_LABELS = (
+    ("jobset.sigs.k8s.io/jobset-name", "JobSet"),
+    ("leaderworkerset.sigs.k8s.io/name", "LeaderWorkerSet"),
+    ("ray.io/cluster", "RayCluster"),
+    ("training.kubeflow.org/job-name", "PyTorchJob"),
+)

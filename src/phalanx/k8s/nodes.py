@@ -1,0 +1,232 @@
+"""Node objects -> core `Node`: allocatable resources, GPU Feature Discovery labels, device topology.
+
+Without the `phalanx.io/device-topology` annotation, the node's GPUs are `nvidia.com/gpu`
+(or `nvidia.com/gpu.count` when MIG takes them), of the model and memory that GFD labels
+give, two per PCIe switch; RDMA NICs spread evenly over the GPUs' switches; MIG instances
+are laid out from the node's `nvidia.com/mig-*` counts, first fit over its GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from phalanx.core.errors import SpecError
+from phalanx.core.mig import resolve_geometry
+from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
+from phalanx.k8s import keys
+from phalanx.k8s.config import AdapterConfig
+from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
+
+_MODELS = (
+    "GB200",
+    "B200",
+    "H200",
+    "H100",
+    "H800",
+    "A100",
+    "A800",
+    "L40S",
+    "L40",
+    "A10G",
+    "A10",
+    "L4",
+    "T4",
+    "V100",
+)
+
+
+class GpuTopo(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    index: int = Field(ge=0)
+    model: str = ""
+    memory_mib: int = Field(0, alias="memoryMiB", ge=0)
+    numa: int = Field(0, ge=0)
+    pcie_switch: int = Field(0, alias="pcieSwitch", ge=0)
+    nvlink_group: int = Field(0, alias="nvlinkGroup", ge=0)
+    mig: bool = False
+    mig_instances: list[str] = Field(default_factory=list, alias="migInstances")  # "1g.10gb@0"
+
+
+class NicTopo(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    index: int = Field(ge=0)
+    numa: int = Field(0, ge=0)
+    pcie_switch: int = Field(0, alias="pcieSwitch", ge=0)
+    bandwidth_gbps: float = Field(100.0, alias="bandwidthGbps", gt=0)
+
+
+class DeviceTopology(BaseModel):
+    """Schema of the `phalanx.io/device-topology` node annotation (JSON)."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: list[GpuTopo] = Field(default_factory=list)
+    nics: list[NicTopo] = Field(default_factory=list)
+
+
+def gpu_model(product: str) -> str:
+    """`NVIDIA-H100-80GB-HBM3` -> `H100`; unknown products are kept as they are."""
+    up = product.upper()
+    for m in _MODELS:
+        if m in up:
+            return m
+    return product or "unknown"
+
+
+def _int(value: object, where: str) -> int:
+    try:
+        out = int(str(value))
+    except ValueError:
+        raise SpecError(where, f"expected a whole number, got {value!r}") from None
+    if out < 0:
+        raise SpecError(where, f"must be >= 0, got {out}")
+    return out
+
+
+def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
+    """One Node object; raises SpecError naming the field that is wrong."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    where = f"node {name}"
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    notes = meta.get("annotations") or {}
+    alloc = (obj.get("status") or {}).get("allocatable") or {}
+    cpu = cpu_milli(alloc.get("cpu", "0"), f"{where}: allocatable.cpu")
+    mem = memory_mib(alloc.get("memory", "0"), f"{where}: allocatable.memory")
+    taints = tuple(
+        Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "NoSchedule")))
+        for t in (obj.get("spec") or {}).get("taints") or []
+    )
+    topology = {level: labels[key] for level, key in cfg.levels if key in labels}
+    gpus, nics, mig = _devices(name, labels, notes, alloc, cfg)
+    datasets: dict[str, int] = {}
+    if keys.CACHED_DATASETS in notes:
+        w = f"{where}: annotation {keys.CACHED_DATASETS}"
+        raw = _json(notes[keys.CACHED_DATASETS], w)
+        if not isinstance(raw, dict):
+            raise SpecError(w, 'expected a JSON object such as {"imagenet": "150Gi"}')
+        datasets = {str(k): size_bytes(v, f"{w}.{k}") for k, v in raw.items()}
+    try:
+        return Node(
+            name,
+            cpu,
+            mem,
+            tuple(gpus),
+            tuple(nics),
+            labels,
+            taints,
+            topology,
+            datasets,
+            mig,
+        )
+    except SpecError as e:
+        raise e.located(where) from None
+
+
+Mig = dict[int, tuple[MigInstance, ...]]
+
+
+def _json(text: object, where: str) -> Any:
+    try:
+        return json.loads(str(text))
+    except json.JSONDecodeError as e:
+        raise SpecError(where, f"not valid JSON: {e.msg} at character {e.pos}") from None
+
+
+def _devices(
+    name: str, labels: dict[str, str], notes: dict[str, Any], alloc: dict[str, Any], cfg: AdapterConfig
+) -> tuple[list[Gpu], list[Nic], Mig]:
+    """GPUs, RDMA NICs, and the MIG instances laid out on MIG-enabled GPUs (by GPU index)."""
+    where = f"node {name}"
+    mig: Mig = {}
+    if keys.DEVICE_TOPOLOGY in notes:
+        w = f"{where}: annotation {keys.DEVICE_TOPOLOGY}"
+        try:
+            topo = DeviceTopology.model_validate(_json(notes[keys.DEVICE_TOPOLOGY], w))
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise SpecError(f"{w}.{'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
+        default_model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
+        default_mem = _int(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
+        listed: list[Gpu] = []
+        for g in topo.gpus:
+            gpu = Gpu(
+                g.index,
+                g.model or default_model,
+                g.memory_mib or default_mem,
+                g.numa,
+                g.pcie_switch,
+                g.nvlink_group,
+                g.mig,
+            )
+            if g.mig_instances:
+                mig[g.index] = tuple(_slice(s, f"{w}.gpus[{g.index}]") for s in g.mig_instances)
+            listed.append(gpu)
+        nics = [Nic(n.index, n.numa, n.pcie_switch, n.bandwidth_gbps) for n in topo.nics]
+        return listed, nics, mig
+    model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
+    mem = _int(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
+    whole = _int(alloc.get(keys.GPU_RESOURCE, "0"), f"{where}: allocatable {keys.GPU_RESOURCE}")
+    migs = {
+        k[len(keys.MIG_PREFIX) :]: _int(v, f"{where}: allocatable {k}")
+        for k, v in alloc.items()
+        if k.startswith(keys.MIG_PREFIX)
+    }
+    migs = {p: n for p, n in migs.items() if n > 0}
+    gpus: list[Gpu] = [Gpu(j, model, mem, j // 4, j // 2, 0) for j in range(whole)]
+    if migs:
+        count = _int(labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}")
+        geo = resolve_geometry(model, mem)
+        if geo is None:
+            raise SpecError(
+                where, f"MIG resources on GPU model {model!r} with {mem} MiB, which has no MIG table"
+            )
+        mig_gpus = max(count - whole, 1)
+        layout = _layout(geo.profiles, migs, mig_gpus, where)
+        for k in range(mig_gpus):
+            idx = whole + k
+            gpus.append(Gpu(idx, model, mem, idx // 4, idx // 2, 0, True))
+            if layout[k]:
+                mig[idx] = tuple(layout[k])
+    n_rdma = sum(_int(alloc.get(r, "0"), f"{where}: allocatable {r}") for r in cfg.rdma_resources)
+    switches = max(1, (len(gpus) + 1) // 2)
+    nics = [
+        Nic(k, (k * switches // max(n_rdma, 1)) // 2, k * switches // max(n_rdma, 1)) for k in range(n_rdma)
+    ]
+    return gpus, nics, mig
+
+
+def _slice(text: str, where: str) -> MigInstance:
+    prof, sep, start = text.partition("@")
+    if not sep:
+        raise SpecError(where, f"MIG instance must look like 1g.10gb@0, got {text!r}")
+    return MigInstance(prof, _int(start, where))
+
+
+def _layout(
+    profiles: dict[str, Any], counts: dict[str, int], n_gpus: int, where: str
+) -> list[list[MigInstance]]:
+    """Place the node's MIG instances on its GPUs, biggest first, first fit."""
+    for p in counts:
+        if p not in profiles:
+            raise SpecError(
+                where, f"unknown MIG profile {p!r} in allocatable (known: {', '.join(sorted(profiles))})"
+            )
+    used = [(0, 0) for _ in range(n_gpus)]  # (slot mask, compute)
+    out: list[list[MigInstance]] = [[] for _ in range(n_gpus)]
+    todo = sorted(((profiles[p], n) for p, n in counts.items()), key=lambda x: (-x[0].slots, x[0].name))
+    for prof, n in todo:
+        for _ in range(n):
+            for g in range(n_gpus):
+                mask, comp = used[g]
+                starts = [s for s in prof.starts if mask & prof.slot_mask(s) == 0]
+                if starts and comp + prof.compute <= 7:
+                    s = starts[0]
+                    used[g] = (mask | prof.slot_mask(s), comp + prof.compute)
+                    out[g].append(MigInstance(prof.name, s))
+                    break
+            else:
+                raise SpecError(where, f"{n} x {prof.name} do not fit on {n_gpus} MIG GPU(s)")
+    return out

@@ -1,0 +1,224 @@
+"""Pod objects -> what one task asks for, which workload and queue it belongs to, where it runs.
+
+Requests sum the containers (the largest init container counts if it is bigger). GPUs:
+`nvidia.com/gpu: N` whole GPUs; with KAI's `gpu-fraction` (and `gpu-fraction-num-devices`)
+or `gpu-memory` annotations, or HAMi's `nvidia.com/gpumem` / `nvidia.com/gpumem-percentage`,
+a share of each of N GPUs; `nvidia.com/mig-<profile>: 1` a MIG slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import MILLI, GpuRequest, TaskRequest, Toleration
+from phalanx.k8s import keys
+from phalanx.k8s.config import AdapterConfig
+from phalanx.spec.quantity import cpu_milli, memory_mib
+
+DONE_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class PodInfo:
+    key: str  # namespace/name: the task name
+    namespace: str
+    name: str
+    uid: str
+    ours: bool
+    request: TaskRequest
+    node: str  # spec.nodeName ("" while pending)
+    intent: str  # node written by us before the bind, if any
+    priority: int
+    created: float
+    started: float | None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    owner: tuple[str, str] | None  # (kind, name) of the controlling owner
+    deleting: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def tag(self, candidates: tuple[str, ...]) -> str:
+        """The first of these keys found in labels, then annotations."""
+        for k in candidates:
+            if k in self.labels:
+                return self.labels[k]
+            if k in self.annotations:
+                return self.annotations[k]
+        return ""
+
+
+def timestamp(value: object) -> float:
+    """RFC 3339 time -> epoch seconds (0 when absent or malformed)."""
+    if not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+    where = f"pod {ns}/{name}"
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    notes = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    owner = None
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            owner = (str(ref.get("kind", "")), str(ref.get("name", "")))
+    info = PodInfo(
+        key=f"{ns}/{name}",
+        namespace=ns,
+        name=name,
+        uid=str(meta.get("uid", "")),
+        ours=spec.get("schedulerName") == cfg.scheduler_name,
+        request=TaskRequest(),
+        node=str(spec.get("nodeName") or ""),
+        intent=notes.get(keys.NODE_INTENT, ""),
+        priority=int(spec.get("priority") or 0),
+        created=timestamp(meta.get("creationTimestamp")),
+        started=timestamp(status.get("startTime")) or None,
+        labels=labels,
+        annotations=notes,
+        owner=owner,
+        deleting=bool(meta.get("deletionTimestamp")),
+        meta=meta,
+    )
+    info.request = _request(spec, notes, cfg, where)
+    return info
+
+
+def _amounts(container: dict[str, Any]) -> dict[str, Any]:
+    """A container's requests, falling back to its limits (extended resources often set only limits)."""
+    res = container.get("resources") or {}
+    out = dict(res.get("limits") or {})
+    out.update(res.get("requests") or {})
+    return out
+
+
+def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, where: str) -> TaskRequest:
+    per: dict[str, list[Any]] = {}
+    for c in spec.get("containers") or []:
+        for k, v in _amounts(c).items():
+            per.setdefault(str(k), []).append(v)
+    inits = [_amounts(c) for c in spec.get("initContainers") or []]
+    cpu = sum(cpu_milli(v, f"{where}: resources.cpu") for v in per.get("cpu", []))
+    mem = sum(memory_mib(v, f"{where}: resources.memory") for v in per.get("memory", []))
+    for ic in inits:
+        if "cpu" in ic:
+            cpu = max(cpu, cpu_milli(ic["cpu"], f"{where}: initContainers resources.cpu"))
+        if "memory" in ic:
+            mem = max(mem, memory_mib(ic["memory"], f"{where}: initContainers resources.memory"))
+    whole = sum(_count(v, f"{where}: resources {keys.GPU_RESOURCE}") for v in per.get(keys.GPU_RESOURCE, []))
+    migs = {
+        k[len(keys.MIG_PREFIX) :]: sum(_count(v, f"{where}: resources {k}") for v in vs)
+        for k, vs in per.items()
+        if k.startswith(keys.MIG_PREFIX)
+    }
+    migs = {p: n for p, n in migs.items() if n}
+    rdma = sum(_count(v, f"{where}: resources {r}") for r in cfg.rdma_resources for v in per.get(r, []))
+    try:
+        gpu = _gpu(whole, migs, per, notes, where)
+    except SpecError as e:
+        raise e if e.where.startswith("pod ") else e.located(where) from None
+    tolerations = tuple(
+        Toleration(
+            str(t.get("key", "") or ""),
+            str(t.get("operator", "Equal") or "Equal"),
+            str(t.get("value", "") or ""),
+            str(t.get("effect", "") or ""),
+        )
+        for t in spec.get("tolerations") or []
+    )
+    try:
+        return TaskRequest(
+            cpu_milli=cpu,
+            memory_mib=mem,
+            gpu=gpu,
+            rdma_nics=rdma,
+            nic_same_pcie=notes.get(keys.RDMA_SAME_PCIE, "").lower() == "true",
+            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            tolerations=tolerations,
+            dataset=notes.get(keys.DATASET, ""),
+        )
+    except SpecError as e:
+        raise e.located(where) from None
+
+
+def _count(value: object, where: str) -> int:
+    try:
+        out = float(str(value))
+    except ValueError:
+        raise SpecError(where, f"expected a whole number, got {value!r}") from None
+    if out < 0 or out != int(out):
+        raise SpecError(where, f"expected a whole number >= 0, got {value!r}")
+    return int(out)
+
+
+def _share(text: str, where: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise SpecError(where, f"expected a number, got {text!r}") from None
+    if v != v:
+        raise SpecError(where, "expected a number, got NaN")
+    return v
+
+
+def _gpu(
+    whole: int, migs: dict[str, int], per: dict[str, list[Any]], notes: dict[str, str], where: str
+) -> GpuRequest:
+    fraction = notes.get(keys.KAI_FRACTION)
+    memory = notes.get(keys.KAI_MEMORY)
+    hami_mem = per.get(keys.HAMI_GPUMEM)
+    hami_pct = per.get(keys.HAMI_GPUMEM_PERCENT)
+    kinds = sum(x is not None for x in (fraction, memory, hami_mem, hami_pct)) + bool(migs)
+    if kinds > 1:
+        raise SpecError(where, "ask for GPUs one way only: a fraction, GPU memory, or a MIG slice")
+    if migs:
+        if whole or len(migs) > 1 or sum(migs.values()) != 1:
+            raise SpecError(where, "a pod may ask for exactly one MIG slice (nvidia.com/mig-<profile>: 1)")
+        return GpuRequest.mig(next(iter(migs)))
+    if fraction is not None:
+        w = f"{where}: annotation {keys.KAI_FRACTION}"
+        share = _share(fraction, w)
+        if not 0 < share <= 1:
+            raise SpecError(w, f"a GPU fraction must be in (0, 1], got {fraction!r}")
+        devices = _count(
+            notes.get(keys.KAI_FRACTION_DEVICES, "1"), f"{where}: annotation {keys.KAI_FRACTION_DEVICES}"
+        )
+        if devices < 1:
+            raise SpecError(f"{where}: annotation {keys.KAI_FRACTION_DEVICES}", "must be >= 1")
+        return GpuRequest.whole(devices) if share == 1 else GpuRequest.fraction(share, devices)
+    if memory is not None:
+        w = f"{where}: annotation {keys.KAI_MEMORY}"
+        mib = _count(memory, w)
+        if mib <= 0:
+            raise SpecError(w, "GPU memory must be > 0 MiB")
+        return GpuRequest.memory(mib, max(whole, 1))
+    if hami_mem is not None:
+        mib = sum(_count(v, f"{where}: resources {keys.HAMI_GPUMEM}") for v in hami_mem)
+        if mib <= 0:
+            raise SpecError(f"{where}: resources {keys.HAMI_GPUMEM}", "GPU memory must be > 0 MiB")
+        return GpuRequest.memory(mib, max(whole, 1))
+    if hami_pct is not None:
+        pct = sum(_count(v, f"{where}: resources {keys.HAMI_GPUMEM_PERCENT}") for v in hami_pct)
+        if not 0 < pct <= 100:
+            raise SpecError(f"{where}: resources {keys.HAMI_GPUMEM_PERCENT}", f"must be in 1..100, got {pct}")
+        devices = max(whole, 1)
+        return GpuRequest.whole(devices) if pct == 100 else GpuRequest.fraction(pct / 100, devices)
+    return GpuRequest.whole(whole) if whole else GpuRequest.none()
+
+
+def is_active(obj: dict[str, Any]) -> bool:
+    """The pod holds (or will hold) resources: not finished."""
+    return (obj.get("status") or {}).get("phase") not in DONE_PHASES
+
+
+__all__ = ["MILLI", "PodInfo", "is_active", "parse_pod", "timestamp"]
