@@ -1,8 +1,8 @@
 """API objects -> core model: nodes (GFD labels, MIG, topology annotation), pods, groups, queues."""
 
 import pytest
-from kube_objects import node, pod, pod_group, queue, topology
 
+from kube_objects import node, pod, pod_group, queue, topology
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuKind
 from phalanx.k8s.config import AdapterConfig
