@@ -38,8 +38,13 @@ def _amount(resource: str, value: float | int | str | None, where: str) -> float
     if value is None:
         return INF
     if resource == "gpu":
-        if isinstance(value, str | bool):
+        if isinstance(value, bool):
             raise SpecError(where, f"GPU amounts are numbers of GPUs, got {value!r}")
+        if isinstance(value, str):  # "1.5": Kubernetes int-or-string fields carry fractions as strings
+            try:
+                value = float(value)
+            except ValueError:
+                raise SpecError(where, f"GPU amounts are numbers of GPUs, got {value!r}") from None
         if math.isnan(value) or value < 0:
             raise SpecError(where, f"must be >= 0, got {value}")
         return float(value) * 1000

@@ -1,0 +1,124 @@
+"""`phalanx scheduler` (run in Kubernetes) and `phalanx status` (the operator's view)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.cli.errors import user_errors
+from phalanx.core.errors import SpecError
+from phalanx.k8s.api import Api
+from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
+from phalanx.k8s.scheduler import Scheduler
+from phalanx.k8s.server import serve
+from phalanx.k8s.status import collect
+from phalanx.profiles import load_profile
+
+LEVELS_HELP = (
+    "Topology levels, outermost first: level=node-label,... (default: "
+    + ",".join(f"{a}={b}" for a, b in DEFAULT_LEVELS)
+    + ")"
+)
+
+
+def _connect(kubeconfig: Path | None, in_cluster: bool) -> Api:
+    if kubeconfig is not None and in_cluster:
+        raise SpecError("--kubeconfig/--in-cluster", "give one of them, not both")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise SpecError("--kubeconfig", f"cannot read file {kubeconfig}")
+    try:
+        return Api.connect(kubeconfig=str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
+    except Exception as e:  # no config found, unreadable token, ...
+        raise SpecError("kubeconfig", f"cannot load the cluster configuration: {e}") from None
+
+
+def scheduler(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
+    ] = "phalanx",
+    profile: Annotated[str, typer.Option(help="Built-in profile name or profile YAML.")] = "phalanx-queues",
+    topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Namespace of the leader-election Lease.")
+    ] = "phalanx-system",
+    cycle_seconds: Annotated[float, typer.Option(help="Seconds between cycles (sooner on changes).")] = 1.0,
+    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz and /readyz.")] = 8080,
+    identity: Annotated[
+        str | None, typer.Option(help="Leader-election identity (default: host name).")
+    ] = None,
+) -> None:
+    """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with user_errors():
+        if cycle_seconds <= 0:
+            raise SpecError("--cycle-seconds", f"must be > 0, got {cycle_seconds}")
+        cfg = AdapterConfig(
+            scheduler_name=scheduler_name,
+            profile=profile,
+            levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
+            namespace=namespace,
+            cycle_seconds=cycle_seconds,
+        )
+        prof = load_profile(profile)
+        api = _connect(kubeconfig, in_cluster)
+    s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
+    serve(port, s.metrics, s.ready)
+    signal.signal(signal.SIGTERM, lambda *_: s.stop())
+    s.start()
+    try:
+        s.run()
+    except KeyboardInterrupt:
+        s.stop()
+
+
+def status(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
+    ] = "phalanx",
+    profile: Annotated[
+        str, typer.Option(help="Profile the scheduler runs (for the reasons).")
+    ] = "phalanx-queues",
+    topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
+) -> None:
+    """Queues, which GPU holds which pods, fractions or slices, and pending workloads with reasons."""
+    with user_errors():
+        cfg = AdapterConfig(
+            scheduler_name=scheduler_name,
+            profile=profile,
+            levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
+        )
+        load_profile(profile)
+        api = _connect(kubeconfig, in_cluster)
+        try:
+            st = collect(api, cfg)
+        except Exception as e:
+            raise SpecError("API server", f"cannot read the cluster: {e}") from None
+    console = Console()
+    _table(console, "Queues (GPUs)", st.queues)
+    _table(console, "GPUs", st.gpus)
+    _table(console, "Pending workloads", st.pending)
+    for p in st.problems:
+        console.print(f"[yellow]problem:[/] {p}", highlight=False)
+
+
+def _table(console: Console, title: str, rows: list[dict[str, object]]) -> None:
+    if not rows:
+        console.print(f"{title}: none")
+        return
+    t = Table(title=title)
+    for k in rows[0]:
+        t.add_column(k)
+    for r in rows:
+        t.add_row(*[f"{v:g}" if isinstance(v, float) else str(v) for v in r.values()])
+    console.print(t)

@@ -1,0 +1,196 @@
+"""`phalanx scheduler`: informers -> snapshot -> `run_cycle` (unchanged) -> API calls.
+
+One cycle (`step`): read the store, build the world, finish binds an earlier run chose but
+did not make, run the core's cycle, carry out its decisions, explain, update metrics.
+Cycles run every `cycle_seconds` and early when the store changes; only the leader runs them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from phalanx.core.cycle import run_cycle
+from phalanx.core.decisions import Bind, CycleResult
+from phalanx.core.profile import Profile
+from phalanx.k8s import keys
+from phalanx.k8s.api import WATCHED, Api
+from phalanx.k8s.cache import Informer, Store
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.devices import encode
+from phalanx.k8s.executor import Executor, Outcome
+from phalanx.k8s.explain import Explainer
+from phalanx.k8s.leader import LeaderElector
+from phalanx.k8s.server import Metrics
+from phalanx.k8s.world import World, build_world
+
+log = logging.getLogger("phalanx.k8s")
+POD_GROUP_KINDS = tuple("/".join(k) for k in keys.POD_GROUP_KINDS)
+QUEUE_KINDS = tuple("/".join(k) for k in keys.QUEUE_KINDS)
+
+
+@dataclass
+class StepReport:
+    world: World
+    result: CycleResult | None
+    outcome: Outcome
+
+
+class Scheduler:
+    def __init__(
+        self,
+        api: Api,
+        cfg: AdapterConfig,
+        profile: Profile,
+        identity: str = "phalanx-0",
+        clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.api = api
+        self.cfg = cfg
+        self.profile = profile
+        self.clock = clock
+        self.store = Store()
+        self.stop_event = threading.Event()
+        self.executor = executor or Executor(api)
+        self.explainer = Explainer(api)
+        self.elector = LeaderElector(api, cfg.namespace, identity, clock=clock)
+        self.metrics = Metrics()
+        self.rng = np.random.default_rng(seed)
+        self.informers: list[Informer] = []
+        # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
+        self.assumed: dict[str, tuple[Bind, float]] = {}
+        self.gone: dict[str, float] = {}  # evicted pods, until the watch deletes them
+        self.assume_ttl = 60.0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for kind in WATCHED:
+            inf = Informer(self.api, kind, self.store, self.stop_event)
+            inf.start()
+            self.informers.append(inf)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def ready(self) -> bool:
+        return self.store.is_synced(WATCHED)  # a CRD that is not installed lists empty: synced
+
+    def wait_synced(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.ready()
+
+    def run(self) -> None:
+        """Until stopped: lead or wait, and cycle."""
+        while not self.stop_event.is_set():
+            leading = self.elector.try_lead()
+            self.metrics.leader.set(1 if leading else 0)
+            if leading and self.ready():
+                try:
+                    self.step()
+                except Exception:  # a bad cycle must not kill the scheduler
+                    log.exception("cycle failed")
+            self.store.changed.wait(self.cfg.cycle_seconds)
+            self.store.changed.clear()
+
+    # ------------------------------------------------------------------ one cycle
+    def step(self) -> StepReport:
+        t0 = time.perf_counter()
+        now = self.clock()
+        pods = self._assume(self.store.items("pods"), now)
+        groups = [o for k in POD_GROUP_KINDS for o in self.store.items(k)]
+        queues = [o for k in QUEUE_KINDS for o in self.store.items(k)]
+        world = build_world(self.store.items("nodes"), pods, groups, queues, self.cfg, now)
+        pod_objects = {
+            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
+            for p in pods
+        }
+        uids = {k: str((o.get("metadata") or {}).get("uid", "")) for k, o in pod_objects.items()}
+        out = Outcome()
+        for task in world.stale_intents:
+            self.executor.clear_intent(task)
+        if world.unfinished:
+            self.executor.finish(world.unfinished, uids, out)
+        result = run_cycle(world.snapshot, self.profile, now, self.rng)
+        done = self.executor.apply(result, uids)
+        out.bound += done.bound
+        out.evicted += done.evicted
+        out.broken.update(done.broken)
+        out.deferred += done.deferred
+        binds = {b.task: b for b in [*world.unfinished, *result.binds]}
+        for task in out.bound:
+            self.assumed[task] = (binds[task], now)
+        for task in out.evicted:
+            self.gone[task] = now
+        ours = {
+            str((q.get("metadata") or {}).get("name"))
+            for q in queues
+            if str(q.get("apiVersion", "")).startswith(keys.GROUP)
+        }
+        world.snapshot.apply(result, now)  # so that queue status and metrics show the cycle's outcome
+        self.explainer.write(world, result, pod_objects, ours)
+        self._metrics(world, result, out, time.perf_counter() - t0)
+        return StepReport(world, result, out)
+
+    def _assume(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """The store's pods with our recent binds and evictions applied (the watch lags behind)."""
+        out = []
+        seen: set[str] = set()
+        for p in pods:
+            meta = p.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            seen.add(key)
+            if key in self.gone:
+                if now - self.gone[key] < self.assume_ttl:
+                    continue
+                del self.gone[key]
+            hit = self.assumed.get(key)
+            if hit is not None:
+                if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.assume_ttl:
+                    del self.assumed[key]  # the watch caught up (or never will)
+                else:
+                    b = hit[0]
+                    p = copy.deepcopy(p)
+                    p.setdefault("spec", {})["nodeName"] = b.node
+                    notes = p.setdefault("metadata", {}).setdefault("annotations", {})
+                    notes.update({k: v for k, v in encode(b).items() if v is not None})
+            out.append(p)
+        for key in [k for k in self.gone if k not in seen]:
+            del self.gone[key]
+        for key in [k for k in self.assumed if k not in seen]:
+            del self.assumed[key]
+        return out
+
+    def _metrics(self, world: World, result: CycleResult, out: Outcome, seconds: float) -> None:
+        m = self.metrics
+        m.cycle.observe(seconds)
+        m.pending.set(len(result.pending) + len(world.blocked))
+        m.binds.inc(len(out.bound))
+        m.evictions.inc(len(out.evicted))
+        m.broken.inc(len(out.broken))
+        s = world.snapshot
+        per_queue: dict[str, float] = {}
+        for a in s.allocations.values():
+            q = s.workloads[a.task.workload].workload.queue
+            per_queue[q] = per_queue.get(q, 0.0) + len(a.devices.gpus) * a.devices.milli / 1000
+        for q, v in per_queue.items():
+            m.queue_gpus.labels(q).set(v)
+        c = s.cluster
+        pools: dict[str, list[int]] = {}
+        for i, n in enumerate(s.nodes):
+            pool = n.labels.get(self.cfg.pool_label) or n.gpu_model or "cpu"
+            pools.setdefault(pool, []).append(i)
+        for pool, idx in pools.items():
+            total = float(c.gpu_count[idx].sum()) * 1000
+            free = float(c.gpu_free_total[idx].sum())
+            m.pool_gpus.labels(pool).set((total - free) / total if total else 0.0)

@@ -1,0 +1,90 @@
+"""The operator's view (`phalanx status`): queues, per-GPU allocation, pending workloads and why.
+
+It lists the objects once, builds the same world the scheduler builds, and runs a dry cycle
+(nothing is written) to get the pending reasons the scheduler would give right now.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phalanx.core.cycle import run_cycle
+from phalanx.core.queues import GPU, fair_shares
+from phalanx.k8s import keys
+from phalanx.k8s.api import WATCHED, Api
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.explain import describe
+from phalanx.k8s.world import World, build_world
+from phalanx.profiles import load_profile
+
+
+@dataclass
+class Status:
+    queues: list[dict[str, object]] = field(default_factory=list)
+    gpus: list[dict[str, object]] = field(default_factory=list)
+    pending: list[dict[str, object]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def collect(api: Api, cfg: AdapterConfig) -> Status:
+    objs = {k: api.list(k)[0] for k in WATCHED}
+    groups = [o for k in ("/".join(x) for x in keys.POD_GROUP_KINDS) for o in objs[k]]
+    queues = [o for k in ("/".join(x) for x in keys.QUEUE_KINDS) for o in objs[k]]
+    world = build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time())
+    return summarize(world, cfg)
+
+
+def summarize(world: World, cfg: AdapterConfig) -> Status:
+    out = Status()
+    s = world.snapshot
+    result = run_cycle(s, load_profile(cfg.profile), time.time(), np.random.default_rng(0))
+    if world.tree is not None:
+        demand = {
+            q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
+            for q in world.tree.queues
+            if world.tree.is_leaf(q)
+        }
+        fair = fair_shares(world.tree, s.capacity_vector(), demand)
+        for name in world.tree.queues:
+            out.queues.append(
+                {
+                    "queue": name,
+                    "parent": world.tree.queues[name].parent,
+                    "deserved_gpu": world.tree.deserved[name][GPU] / 1000,
+                    "used_gpu": s.usage_of(name)[GPU] / 1000,
+                    "fair_gpu": fair.get(name, np.zeros(3))[GPU] / 1000,
+                }
+            )
+    holders: dict[tuple[int, int], list[str]] = {}
+    for a in s.allocations.values():
+        d = a.devices
+        for j in d.gpus:
+            if d.mig is not None:
+                what = f"{a.task.name} (MIG {d.mig.profile}@{d.mig.start})"
+            elif d.milli < 1000:
+                what = f"{a.task.name} ({d.milli / 1000:g})"
+            else:
+                what = a.task.name
+            holders.setdefault((a.node, j), []).append(what)
+    c = s.cluster
+    for i, n in enumerate(s.nodes):
+        for j, g in enumerate(n.gpus):
+            out.gpus.append(
+                {
+                    "node": n.name,
+                    "gpu": g.index,
+                    "model": g.model + (" MIG" if g.mig_enabled else ""),
+                    "free": f"{c.gpu_milli_free[i, j] / 1000:g}" if not g.mig_enabled else "-",
+                    "held_by": ", ".join(holders.get((i, j), [])) or "-",
+                }
+            )
+    for p in result.pending:
+        out.pending.append({"workload": p.workload, "why": describe(p)})
+    for name, why in world.blocked.items():
+        out.pending.append({"workload": name, "why": "; ".join(why)})
+    out.problems += [f"{k}: {v}" for k, v in world.pod_problems.items()]
+    out.problems += list(world.node_problems.values()) + list(world.queue_problems.values())
+    return out

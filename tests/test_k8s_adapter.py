@@ -1,0 +1,285 @@
+"""The Kubernetes adapter against the in-process fake API server, through the real client."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fakeapi import FakeApi
+from kube_objects import node, pod, pod_group, queue
+from phalanx.k8s.api import Api
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.executor import Executor
+from phalanx.k8s.scheduler import Scheduler
+from phalanx.profiles import load_profile
+
+OURS = "scheduling.phalanx.io/v1alpha1"
+
+
+@pytest.fixture
+def fake():
+    f = FakeApi(timeout_s=0.6).start()
+    yield f
+    f.stop()
+
+
+def scheduler(fake: FakeApi, profile: str = "phalanx", identity: str = "a", **kw) -> Scheduler:
+    api = Api.connect(url=fake.url, timeout_s=0.3)
+    s = Scheduler(
+        api,
+        AdapterConfig(profile=profile),
+        load_profile(profile),
+        identity=identity,
+        executor=Executor(api, backoff=0.01, attempts=4),
+        **kw,
+    )
+    s.start()
+    assert s.wait_synced()
+    return s
+
+
+def synced(s: Scheduler, fake: FakeApi, timeout: float = 5.0) -> None:
+    """Wait until the scheduler's store holds what the fake holds (same resourceVersions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        want = {
+            (o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"]["resourceVersion"])
+            for o in fake.all("v1", "pods")
+        }
+        have = {
+            (o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"]["resourceVersion"])
+            for o in s.store.items("pods")
+        }
+        want_n = {o["metadata"]["name"] for o in fake.all("v1", "nodes")}
+        have_n = {o["metadata"]["name"] for o in s.store.items("nodes")}
+        if want == have and want_n == have_n:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the scheduler's cache did not catch up with the API server")
+
+
+def step(s: Scheduler, fake: FakeApi):
+    synced(s, fake)
+    return s.step()
+
+
+def pods_of(fake: FakeApi) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in fake.all("v1", "pods")}
+
+
+def events(fake: FakeApi, name: str) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e["message"]) for e in fake.all("v1", "events") if e["involvedObject"]["name"] == name
+    ]
+
+
+def cluster(fake: FakeApi, n: int = 3, gpus: int = 8) -> None:
+    for k in range(n):
+        fake.put(node(f"n{k}", gpus=gpus))
+
+
+def gang(fake: FakeApi, name: str, size: int, gpus: int = 8, queue_name: str = "") -> None:
+    fake.put(pod_group(name, size, queue=queue_name))
+    for k in range(size):
+        fake.put(pod(f"{name}-{k}", gpus=gpus, annotations={"scheduling.k8s.io/group-name": name}))
+
+
+def test_gang_fractions_and_foreign_pods_are_placed_with_device_annotations(fake):
+    cluster(fake)
+    fake.put(pod("other", gpus=2, scheduler="default-scheduler", node="n0"))
+    gang(fake, "train", 2)
+    for k in range(2):
+        fake.put(pod(f"infer-{k}", annotations={"gpu-fraction": "0.5"}))
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert len(report.outcome.bound) == 4 and not report.outcome.broken
+    pods = pods_of(fake)
+    gang_nodes = {pods[f"train-{k}"]["spec"]["nodeName"] for k in range(2)}
+    assert len(gang_nodes) == 2 and "n0" not in gang_nodes  # n0 has only 6 GPUs left
+    for k in range(2):
+        notes = pods[f"train-{k}"]["metadata"]["annotations"]
+        assert notes["phalanx.io/gpu-devices"] == "0,1,2,3,4,5,6,7"
+        assert notes["phalanx.io/node"] == pods[f"train-{k}"]["spec"]["nodeName"]
+    a, b = (pods[f"infer-{k}"] for k in range(2))
+    assert a["spec"]["nodeName"] == b["spec"]["nodeName"]
+    assert (
+        a["metadata"]["annotations"]["phalanx.io/gpu-devices"]
+        == b["metadata"]["annotations"]["phalanx.io/gpu-devices"]
+    )
+    assert a["metadata"]["annotations"]["phalanx.io/gpu-fraction"] == "0.5"
+    assert (
+        "Scheduled",
+        f"Bound to {a['spec']['nodeName']} GPUs {a['metadata']['annotations']['phalanx.io/gpu-devices']}",
+    ) in events(fake, "infer-0")
+    pg = fake.get(OURS, "podgroups", "train", "default")
+    assert pg["status"]["conditions"][0]["status"] == "True"
+    assert all(v == 1 for v in fake.binds.values())
+    s.stop()
+
+
+def test_binds_survive_500s_and_timeouts_and_never_bind_twice(fake):
+    cluster(fake, 2)
+    gang(fake, "g", 2)
+    fake.fail("POST", r"/pods/g-0/binding", status=500, times=2)
+    fake.fail("POST", r"/pods/g-1/binding", status=0, applied=True)  # bound, but the reply is lost
+    fake.fail("PATCH", r"/pods/g-1$", status=409)  # a conflicting write on the annotation
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert sorted(report.outcome.bound) == ["default/g-0", "default/g-1"]
+    assert fake.binds == {"default/g-0": 1, "default/g-1": 1}
+    # the next cycles see them bound and do nothing
+    assert not step(s, fake).result.binds
+    s.stop()
+
+
+def test_watch_drops_and_410_are_survived(fake):
+    cluster(fake, 1)
+    s = scheduler(fake)
+    fake.drop_watches()
+    fake.put(pod("after-drop", gpus=1))
+    report = step(s, fake)
+    assert report.outcome.bound == ["default/after-drop"]
+    relists = s.store.relists
+    fake.compact()  # history gone: resuming from the old resourceVersion answers 410
+    fake.put(pod("after-410", gpus=1))
+    report = step(s, fake)
+    assert report.outcome.bound == ["default/after-410"]
+    assert s.store.relists > relists
+    s.stop()
+
+
+class Crash(BaseException):  # like SystemExit: nothing in the scheduler catches it
+    pass
+
+
+def test_restart_between_binds_finishes_the_gang_and_binds_nothing_twice(fake):
+    cluster(fake, 2)
+    gang(fake, "g", 2)
+    a = scheduler(fake, identity="a")
+    real_bind = a.api.bind
+    calls = []
+
+    def crash_on_second(ns, name, uid, node):
+        calls.append(name)
+        if len(calls) == 2:
+            raise Crash("scheduler killed mid-gang")
+        return real_bind(ns, name, uid, node)
+
+    a.api.bind = crash_on_second
+    synced(a, fake)
+    with pytest.raises(Crash):
+        a.step()
+    a.stop()
+    pods = pods_of(fake)
+    assert sum(bool(p["spec"].get("nodeName")) for p in pods.values()) == 1  # half a gang on the API...
+    chosen = {n: p["metadata"]["annotations"]["phalanx.io/node"] for n, p in pods.items()}
+    b = scheduler(fake, identity="b")
+    report = step(b, fake)
+    assert report.world.unfinished and report.outcome.bound  # ...which the next scheduler completes
+    pods = pods_of(fake)
+    assert {n: p["spec"]["nodeName"] for n, p in pods.items()} == chosen
+    assert all(v == 1 for v in fake.binds.values())
+    b.stop()
+
+
+def test_a_gang_that_cannot_complete_is_undone(fake):
+    cluster(fake, 2)
+    gang(fake, "g", 2)
+    fake.fail("POST", r"/pods/g-1/binding", status=404)  # the pod vanished under us
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert "g-1" in report.outcome.broken["default/g"]
+    pods = pods_of(fake)
+    assert "g-0" not in pods or not pods["g-0"]["spec"].get("nodeName")  # evicted: no half gang left
+    assert "phalanx.io/node" not in pods["g-1"]["metadata"]["annotations"]
+    s.stop()
+
+
+def test_bad_objects_get_events_and_conditions_and_the_rest_is_scheduled(fake):
+    cluster(fake, 1)
+    fake.put(queue("team", 4))
+    fake.put(pod("malformed", annotations={"gpu-fraction": "abc"}))
+    fake.put(pod("too-big", annotations={"gpu-fraction": "1.5"}))
+    fake.put(pod("lost", gpus=1, labels={"kai.scheduler/queue": "nope"}))
+    fake.put(pod_group("short", 3, queue="team"))
+    fake.put(pod("short-0", gpus=1, annotations={"scheduling.k8s.io/group-name": "short"}))
+    fake.put(pod("fine", gpus=1, labels={"phalanx.io/queue": "team"}))
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert report.outcome.bound == ["default/fine"]
+    assert any("expected a number" in m for _, m in events(fake, "malformed"))
+    assert any("(0, 1]" in m for _, m in events(fake, "too-big"))
+    assert any("queue 'nope' does not exist" in m for _, m in events(fake, "lost"))
+    cond = fake.get(OURS, "podgroups", "short", "default")["status"]["conditions"][0]
+    assert cond["status"] == "False" and "minMember 3 exceeds the 1 pod(s)" in cond["message"]
+    assert fake.get(OURS, "queues", "team")["status"]["allocated"]["gpu"] == "1"
+    s.stop()
+
+
+def test_pending_reasons_are_explained_once(fake):
+    cluster(fake, 1, gpus=4)
+    gang(fake, "big", 2, gpus=4)
+    s = scheduler(fake)
+    step(s, fake)
+    step(s, fake)
+    mine = events(fake, "big-0")
+    assert len(mine) == 1 and mine[0][0] == "FailedScheduling"
+    assert "insufficient free GPU" in mine[0][1] and "node(s)" in mine[0][1]
+    s.stop()
+
+
+def test_only_the_lease_holder_schedules():
+    fake = FakeApi(timeout_s=0.6).start()
+    now = [1000.0]
+    a = scheduler(fake, identity="a", clock=lambda: now[0])
+    b = scheduler(fake, identity="b", clock=lambda: now[0])
+    assert a.elector.try_lead() and not b.elector.try_lead()
+    now[0] += 5
+    assert a.elector.try_lead() and not b.elector.try_lead()  # renewed
+    now[0] += 30  # a stopped renewing
+    assert b.elector.try_lead() and not a.elector.try_lead()
+    lease = fake.get("coordination.k8s.io/v1", "leases", "phalanx-scheduler", "phalanx-system")
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    a.stop()
+    b.stop()
+    fake.stop()
+
+
+def test_restart_rebuilds_devices_from_annotations(fake):
+    cluster(fake, 1, gpus=2)
+    fake.put(pod("half-a", annotations={"gpu-fraction": "0.5"}))
+    s = scheduler(fake)
+    step(s, fake)
+    s.stop()
+    first = pods_of(fake)["half-a"]["metadata"]["annotations"]["phalanx.io/gpu-devices"]
+    fake.put(pod("half-b", annotations={"gpu-fraction": "0.5"}))
+    fake.put(pod("whole", gpus=1))
+    t = scheduler(fake, identity="t")
+    report = step(t, fake)
+    assert sorted(report.outcome.bound) == ["default/half-b", "default/whole"]
+    pods = pods_of(fake)
+    assert pods["half-b"]["metadata"]["annotations"]["phalanx.io/gpu-devices"] == first
+    assert pods["whole"]["metadata"]["annotations"]["phalanx.io/gpu-devices"] != first
+    assert fake.binds["default/half-a"] == 1
+    t.stop()
+
+
+def test_metrics_and_health_endpoints(fake):
+    import httpx2
+
+    from phalanx.k8s.server import serve
+
+    cluster(fake, 1)
+    fake.put(pod("p", gpus=1))
+    s = scheduler(fake)
+    step(s, fake)
+    server = serve(0, s.metrics, s.ready)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    assert httpx2.get(f"{base}/healthz").status_code == 200
+    assert httpx2.get(f"{base}/readyz").status_code == 200
+    text = httpx2.get(f"{base}/metrics").text
+    assert "phalanx_binds_total 1.0" in text and "phalanx_cycle_seconds_count 1.0" in text
+    assert 'phalanx_pool_gpu_allocated_ratio{pool="H100"} 0.125' in text
+    server.shutdown()
+    s.stop()

@@ -1,0 +1,158 @@
+"""The deployment manifests and examples are valid Kubernetes objects.
+
+Built-in kinds are decoded by lightkube's models, generated from the Kubernetes OpenAPI
+schema, and must encode back to the same document: a misspelled or misplaced field, which
+the API server would prune or reject, shows up as a difference. CRDs must be structural
+(every node typed, no additionalProperties beside properties), and every custom resource in
+the examples must validate against its CRD's schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from lightkube.codecs import from_dict
+from lightkube.models.core_v1 import PodTemplateSpec
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+FILES = sorted(DEPLOY.rglob("*.yaml"))
+
+
+def docs() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for f in FILES:
+        for d in yaml.safe_load_all(f.read_text()):
+            if d:
+                name = (d.get("metadata") or {}).get("name", f.stem)
+                out.append((f"{f.relative_to(DEPLOY)}:{d['kind']}/{name}", d))
+    return out
+
+
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for _, d in docs():
+        if d["kind"] == "CustomResourceDefinition":
+            for v in d["spec"]["versions"]:
+                out[(f"{d['spec']['group']}/{v['name']}", d["spec"]["names"]["kind"])] = v["schema"][
+                    "openAPIV3Schema"
+                ]
+    return out
+
+
+def prune(x: Any) -> Any:
+    """Drop empty values the models leave out when encoding."""
+    if isinstance(x, dict):
+        return {k: prune(v) for k, v in x.items() if v not in (None, {}, [])}
+    if isinstance(x, list):
+        return [prune(v) for v in x]
+    return x
+
+
+def as_json_schema(s: Any) -> Any:
+    """OpenAPI v3 (Kubernetes flavour) -> JSON Schema."""
+    if isinstance(s, list):
+        return [as_json_schema(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {k: as_json_schema(v) for k, v in s.items() if not k.startswith("x-kubernetes")}
+    if s.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+def structural(s: dict[str, Any], where: str) -> None:
+    typed = (
+        "type" in s or s.get("x-kubernetes-int-or-string") or s.get("x-kubernetes-preserve-unknown-fields")
+    )
+    assert typed, f"{where}: every schema node needs a type"
+    assert not ("properties" in s and "additionalProperties" in s), (
+        f"{where}: properties and additionalProperties"
+    )
+    for k, sub in (s.get("properties") or {}).items():
+        structural(sub, f"{where}.{k}")
+    if isinstance(s.get("additionalProperties"), dict):
+        structural(s["additionalProperties"], f"{where}.*")
+    if "items" in s:
+        structural(s["items"], f"{where}[]")
+
+
+def test_the_manifests_exist():
+    names = {n.split(":")[1] for n, _ in docs()}
+    assert {
+        "CustomResourceDefinition/queues.scheduling.phalanx.io",
+        "CustomResourceDefinition/podgroups.scheduling.phalanx.io",
+        "ClusterRole/phalanx-scheduler",
+        "Deployment/phalanx-scheduler",
+        "PyTorchJob/llm-pretrain",
+        "Pod/notebook",
+    } <= names
+
+
+@pytest.mark.parametrize(("name", "doc"), docs(), ids=[n for n, _ in docs()])
+def test_manifest_is_valid(name, doc):
+    schemas = crd_schemas()
+    key = (doc["apiVersion"], doc["kind"])
+    if key in schemas:
+        jsonschema.validate(doc, as_json_schema(schemas[key]))
+        return
+    if doc["apiVersion"] == "kubeflow.org/v1":  # not a built-in: check its pod templates
+        for role, spec in doc["spec"]["pytorchReplicaSpecs"].items():
+            tmpl = spec["template"]
+            assert prune(PodTemplateSpec.from_dict(tmpl).to_dict()) == prune(tmpl), role
+            assert tmpl["spec"]["schedulerName"] == "phalanx"
+        return
+    if doc["kind"] == "Kustomization":
+        for r in doc["resources"]:
+            assert (DEPLOY / r).is_file(), r
+        return
+    obj = from_dict(doc)
+    assert prune(obj.to_dict()) == prune(doc), f"{name}: fields the Kubernetes schema does not know"
+    if doc["kind"] == "CustomResourceDefinition":
+        for v in doc["spec"]["versions"]:
+            structural(v["schema"]["openAPIV3Schema"], name)
+
+
+def test_crd_schemas_reject_bad_objects():
+    schemas = {k[1]: as_json_schema(v) for k, v in crd_schemas().items()}
+    bad_group = {
+        "apiVersion": "scheduling.phalanx.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "x"},
+    }
+    with pytest.raises(jsonschema.ValidationError, match="minMember"):
+        jsonschema.validate(bad_group | {"spec": {}}, schemas["PodGroup"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad_group | {"spec": {"minMember": 0}}, schemas["PodGroup"])
+    bad_queue = {"apiVersion": "scheduling.phalanx.io/v1alpha1", "kind": "Queue", "metadata": {"name": "q"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            bad_queue | {"spec": {"resources": {"gpu": {"overQuotaWeight": -1}}}}, schemas["Queue"]
+        )
+
+
+def test_rbac_grants_what_the_adapter_calls_and_no_more():
+    role = next(d for _, d in docs() if d["kind"] == "ClusterRole")
+    grants = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    needed = {
+        ("", "pods", "watch"),
+        ("", "pods", "patch"),
+        ("", "pods/binding", "create"),
+        ("", "pods/eviction", "create"),
+        ("", "nodes", "list"),
+        ("", "events", "create"),
+        ("scheduling.phalanx.io", "podgroups/status", "patch"),
+        ("scheduling.phalanx.io", "queues/status", "patch"),
+    }
+    assert needed <= grants
+    assert not any(v in ("delete", "deletecollection", "*") for _, _, v in grants)
+    assert not any(r == "*" or g == "*" for g, r, _ in grants)
