@@ -283,3 +283,96 @@ def test_metrics_and_health_endpoints(fake):
     assert 'phalanx_pool_gpu_allocated_ratio{pool="H100"} 0.125' in text
     server.shutdown()
     s.stop()
+
+
+def test_the_run_loop_leads_and_schedules_on_its_own(fake):
+    import threading
+
+    cluster(fake, 1)
+    s = scheduler(fake)
+    t = threading.Thread(target=s.run, daemon=True)
+    t.start()
+    fake.put(pod("late", gpus=1))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (fake.get("v1", "pods", "late", "default") or {}).get(
+        "spec", {}
+    ).get("nodeName"):
+        time.sleep(0.05)
+    s.stop()
+    t.join(timeout=5)
+    assert fake.get("v1", "pods", "late", "default")["spec"]["nodeName"] == "n0"
+    assert (
+        fake.get("coordination.k8s.io/v1", "leases", "phalanx-scheduler", "phalanx-system")["spec"][
+            "holderIdentity"
+        ]
+        == "a"
+    )
+
+
+def test_status_shows_queues_gpus_and_why_work_waits(fake):
+    from phalanx.k8s.status import collect
+
+    cluster(fake, 1, gpus=2)
+    fake.put(queue("team", 2))
+    fake.put(
+        pod(
+            "half",
+            annotations={
+                "gpu-fraction": "0.5",
+                "phalanx.io/gpu-devices": "1",
+                "phalanx.io/gpu-fraction": "0.5",
+            },
+            node="n0",
+            labels={"phalanx.io/queue": "team"},
+        )
+    )
+    gang(fake, "big", 2, gpus=2, queue_name="team")
+    api = Api.connect(url=fake.url, timeout_s=0.3)
+    st = collect(api, AdapterConfig(profile="phalanx-queues"))
+    team = next(q for q in st.queues if q["queue"] == "team")
+    assert team["used_gpu"] == 0.5 and team["deserved_gpu"] == 2
+    gpu1 = next(g for g in st.gpus if g["gpu"] == 1)
+    assert gpu1["held_by"] == "default/half (0.5)" and gpu1["free"] == "0.5"
+    assert any(p["workload"] == "default/big" and "quota" in p["why"] for p in st.pending)
+
+
+def test_status_cli_and_its_bad_input(fake, tmp_path):
+    from typer.testing import CliRunner
+
+    from phalanx.cli.main import app
+
+    cluster(fake, 1, gpus=2)
+    fake.put(pod("waiting", gpus=4))
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: f, cluster: {{server: '{fake.url}'}}}}]\n"
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: f, context: {cluster: f, user: u}}]\ncurrent-context: f\n"
+    )
+    r = CliRunner(env={"COLUMNS": "250"}).invoke(
+        app, ["status", "--kubeconfig", str(cfg), "--profile", "phalanx"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "default/waiting" in r.output and "not enough GPUs on 1 node(s)" in r.output
+    r = CliRunner().invoke(app, ["status", "--kubeconfig", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "cannot read file" in r.output
+    r = CliRunner().invoke(app, ["scheduler", "--kubeconfig", str(cfg), "--cycle-seconds", "0"])
+    assert r.exit_code == 2 and "--cycle-seconds" in r.output
+    r = CliRunner().invoke(app, ["scheduler", "--kubeconfig", str(cfg), "--topology-levels", "rack"])
+    assert r.exit_code == 2 and "level=label-key" in r.output
+
+
+def test_a_refused_eviction_keeps_the_preemptor_off_the_node(fake):
+    cluster(fake, 1, gpus=1)
+    fake.put(pod("low", gpus=1))
+    s = scheduler(fake, profile="phalanx-queues")
+    assert step(s, fake).outcome.bound == ["default/low"]
+    fake.put(pod("high", gpus=1, priority=100))
+    fake.fail("POST", r"/pods/low/eviction", status=429, times=4)  # a PodDisruptionBudget says no
+    report = step(s, fake)
+    assert report.result.evictions and report.outcome.not_evicted == ["default/low"]
+    assert "default/high" in report.outcome.deferred and not pods_of(fake)["high"]["spec"].get("nodeName")
+    report = step(s, fake)  # the budget allows it now
+    assert report.outcome.evicted == ["default/low"] and report.outcome.bound == ["default/high"]
+    assert "low" not in pods_of(fake)
+    assert any(r == "Preempted" for r, _ in events(fake, "low"))

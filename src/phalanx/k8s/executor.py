@@ -32,6 +32,7 @@ class Outcome:
     evicted: list[str] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)  # workload -> why its gang was undone
     deferred: list[str] = field(default_factory=list)  # binds left for the next cycle (API trouble)
+    not_evicted: list[str] = field(default_factory=list)  # evictions refused (PDB) or failed
 
 
 class Retry(Exception):
@@ -85,16 +86,22 @@ class Executor:
             out.evicted.append(task)  # already gone
         except (Conflict, Retry) as e:
             log.warning("could not evict %s: %s", task, e)
+            out.not_evicted.append(task)
 
     # ------------------------------------------------------------------ binds
     def apply(self, result: CycleResult, uids: dict[str, str]) -> Outcome:
         out = Outcome()
         for ev in result.evictions:
             self.evict(ev.task, ev.reason, out)
+        # capacity a refused eviction (e.g. a PodDisruptionBudget) did not free must not be used
+        held = {ev.node for ev in result.evictions if ev.task in out.not_evicted}
         gangs: dict[str, list[Bind]] = {}
         for b in result.binds:
             gangs.setdefault(b.workload, []).append(b)
         for workload, binds in gangs.items():
+            if any(b.node in held for b in binds):
+                out.deferred += [b.task for b in binds]
+                continue
             self.bind_gang(workload, binds, uids, out, write_intent=True)
         return out
 

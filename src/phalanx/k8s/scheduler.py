@@ -127,6 +127,7 @@ class Scheduler:
         out.evicted += done.evicted
         out.broken.update(done.broken)
         out.deferred += done.deferred
+        out.not_evicted += done.not_evicted
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
             self.assumed[task] = (binds[task], now)
