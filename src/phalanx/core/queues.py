@@ -149,6 +149,33 @@ class QueueTree:
         return self._ceiling[name]
 
 
+def water_fill(room: Vector, weight: Vector, amount: float) -> Vector:
+    """Share `amount` in proportion to `weight`, never past each one's `room` (room <= 0 or weight 0: none).
+
+    The level L solves sum(min(room, L * weight)) = amount; found by sorting room / weight.
+    """
+    out = np.zeros(len(room))
+    ok = (room > 1e-9) & (weight > 0)
+    if not ok.any() or amount <= 0:
+        return out
+    idx = np.nonzero(ok)[0]
+    r, w = room[idx], weight[idx]
+    order = np.argsort(r / w, kind="stable")
+    r, w = r[order], w[order]
+    level_at = r / w  # each one is full once the level reaches this
+    full_before = np.cumsum(r) - r  # given to those already full at that level
+    w_after = np.cumsum(w[::-1])[::-1]  # weight of those not yet full
+    used = full_before + level_at * w_after
+    k = int(np.searchsorted(used, amount))
+    if k >= len(r):
+        give = r
+    else:
+        level = (amount - full_before[k]) / w_after[k]
+        give = np.minimum(r, level * w)
+    out[idx[order]] = give
+    return out
+
+
 def fair_shares(tree: QueueTree, capacity: Vector, demand: Mapping[str, Vector]) -> dict[str, Vector]:
     """Fair share of every queue, top-down, per resource.
 
@@ -192,19 +219,14 @@ def fair_shares(tree: QueueTree, capacity: Vector, demand: Mapping[str, Vector])
         for tier in tiers:
             members = [k for k in kids if tree.queues[k].priority == tier]
             for r in range(n):
-                active = [k for k in members if want[k][r] - give[k][r] > 1e-9]
-                while left[r] > 1e-9 and active:
-                    wsum = sum(tree.weight[k][r] for k in active)
-                    if wsum <= 0:
-                        break
-                    step = left[r]
-                    for k in active:
-                        room = want[k][r] - give[k][r]
-                        step = min(step, room * wsum / tree.weight[k][r]) if tree.weight[k][r] > 0 else step
-                    for k in active:
-                        give[k][r] += step * tree.weight[k][r] / wsum
-                    left[r] -= step
-                    active = [k for k in active if want[k][r] - give[k][r] > 1e-9]
+                if left[r] <= 1e-9:
+                    continue
+                w = np.array([tree.weight[k][r] for k in members])
+                room = np.array([want[k][r] - give[k][r] for k in members])
+                add = water_fill(room, w, float(left[r]))
+                for k, a in zip(members, add, strict=True):
+                    give[k][r] += a
+                left[r] -= float(add.sum())
         for k in kids:
             out[k] = give[k]
             split(k, give[k])

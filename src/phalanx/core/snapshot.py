@@ -49,6 +49,7 @@ class WorkloadEntry:
     # kept by the driver (`Snapshot.advance`): GPU-seconds received and seconds run while ready
     attained: float = 0.0
     executed: float = 0.0
+    gpu_milli: int = 0  # GPU held by its bound tasks (milli-GPU; MIG slices by compute share)
 
     @property
     def demand_key(self) -> tuple[object, ...]:
@@ -101,6 +102,12 @@ class TaskType:
 
     request: TaskRequest
     weight: float
+
+
+def alloc_milli(a: Allocation) -> int:
+    """Milli-GPU a task holds (a MIG slice counts by its share of the GPU's compute)."""
+    d = a.devices
+    return len(d.gpus) * d.milli if d.mig is None else d.mig_compute * 1000 // 7
 
 
 class Snapshot:
@@ -412,6 +419,7 @@ class Snapshot:
             raise SpecError(f"task {alloc.task.name!r}", "is already bound")
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         entry.bound[alloc.task.name] = alloc
+        entry.gpu_milli += alloc_milli(alloc)
         self.allocations[alloc.task.name] = alloc
         self.on_node[alloc.node][alloc.task.name] = alloc
         if len(entry.bound) == len(entry.tasks):
@@ -432,6 +440,7 @@ class Snapshot:
         entry = entry or self.workloads[alloc.task.workload]
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         del entry.bound[alloc.task.name]
+        entry.gpu_milli -= alloc_milli(alloc)
         del self.allocations[alloc.task.name]
         del self.on_node[alloc.node][alloc.task.name]
         self._set_pending(entry, True)
@@ -520,8 +529,7 @@ class Snapshot:
         if dt == 0:
             return
         for entry in self.running.values():
-            gpus = sum(len(a.devices.gpus) * a.devices.milli for a in entry.bound.values()) / 1000
-            entry.attained += gpus * dt
+            entry.attained += entry.gpu_milli * dt / 1000
             entry.executed += dt
         if half_life > 0:
             keep = 0.5 ** (dt / half_life)

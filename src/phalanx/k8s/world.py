@@ -136,9 +136,8 @@ def build_world(
             _foreign(snap, p)
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
-        gpus = sum(len(a.devices.gpus) * a.devices.milli for a in entry.bound.values()) / MILLI
         entry.executed = max(0.0, now - since)
-        entry.attained = gpus * entry.executed
+        entry.attained = entry.gpu_milli / MILLI * entry.executed
     return w
 
 

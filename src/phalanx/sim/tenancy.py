@@ -45,6 +45,8 @@ class QueueShares:
         self._pos = {q: k for k, q in enumerate(self.leaves)}
         self._running = np.zeros(len(self.leaves))
         self._waiting = np.zeros(len(self.leaves))
+        self._last_key = b""
+        self._last_fair = np.zeros(len(self.leaves))
 
     def arrive(self, queue: str, gpus: float) -> None:
         self._waiting[self._pos[queue]] += gpus
@@ -63,15 +65,11 @@ class QueueShares:
 
     def sample(self, t: float) -> None:
         demand = self._running + np.maximum(self._waiting, 0.0)
-        cap = np.zeros(len(RESOURCES))
-        cap[GPU] = self.capacity_gpus * MILLI  # the tree's quotas are in milli-GPU
-        vec: dict[str, Vector] = {}
-        for q, d in zip(self.leaves, demand, strict=True):
-            v = np.zeros(len(RESOURCES))
-            v[GPU] = d * MILLI
-            vec[q] = v
-        shares = fair_shares(self.tree, cap, vec)
-        fair = np.array([shares[q][GPU] / MILLI if q in shares else 0.0 for q in self.leaves])
+        key = demand.tobytes()
+        if key != self._last_key:  # fair shares depend only on the demand
+            self._last_key = key
+            self._last_fair = self._fair(demand)
+        fair = self._last_fair
         if self.times and self.times[-1] == t:
             self.times.pop(), self.use.pop(), self.fair.pop(), self.index.pop()
         self.times.append(t)
@@ -80,6 +78,17 @@ class QueueShares:
         active = fair > 1e-9
         # fairness only means something while two or more queues want GPUs
         self.index.append(jain(self._running[active] / fair[active]) if active.sum() >= 2 else np.nan)
+
+    def _fair(self, demand: np.ndarray) -> np.ndarray:
+        cap = np.zeros(len(RESOURCES))
+        cap[GPU] = self.capacity_gpus * MILLI  # the tree's quotas are in milli-GPU
+        vec: dict[str, Vector] = {}
+        for q, d in zip(self.leaves, demand, strict=True):
+            v = np.zeros(len(RESOURCES))
+            v[GPU] = d * MILLI
+            vec[q] = v
+        shares = fair_shares(self.tree, cap, vec)
+        return np.array([shares[q][GPU] / MILLI if q in shares else 0.0 for q in self.leaves])
 
     def mean_index(self) -> float:
         """Time-weighted Jain's index over the time two or more queues wanted GPUs (nan if never)."""
