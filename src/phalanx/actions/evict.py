@@ -27,6 +27,7 @@ class Victim:
     allocs: tuple[Allocation, ...]
     lost_work: float  # GPU-seconds since the last checkpoint
     shrink: bool  # only tasks beyond min_available (the workload keeps running)
+    started: float = 0.0  # when the workload's run began
 
     @property
     def name(self) -> str:
@@ -62,17 +63,18 @@ def victims(
 ) -> Iterator[Victim]:
     """Evictable units, elastic surplus first, then by least lost work, lower priority, newer, name.
 
-    Lazy: callers stop as soon as enough is freed. With `queues`, only those queues are looked at.
+    Lazy: callers stop as soon as enough is freed. With `queues`, only those queues are looked
+    at (and only their victims are worked out).
     """
     running = session.snapshot.running
-    every = all_victims(session, min_runtime)
-    if queues is not None:
-        by_queue = _by_queue(session, min_runtime, every)
-        lists = [by_queue[q] for q in set(queues) if q in by_queue]
-        pool: Iterable[Victim] = (v for _, v in heapq.merge(*lists, key=lambda i: i[0]))
-    else:
-        pool = every
+    names = set(queues) if queues is not None else set(_running_by_queue(session))
+    lists = [queue_victims(session, q, min_runtime) for q in sorted(names)]
+    pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
     return (v for v in pool if v.entry.workload.name in running and eligible(v.entry))
+
+
+def victim_order(v: Victim) -> tuple[object, ...]:
+    return (not v.shrink, v.lost_work, v.entry.workload.priority, -v.started, v.name)
 
 
 def peek(victims: Iterator[Victim]) -> Iterator[Victim] | None:
@@ -81,49 +83,48 @@ def peek(victims: Iterator[Victim]) -> Iterator[Victim] | None:
     return None if first is None else itertools.chain((first,), victims)
 
 
-def _by_queue(
-    session: Session, min_runtime: float, every: list[Victim]
-) -> dict[str, list[tuple[int, Victim]]]:
-    """The victim list split by queue, each victim with its rank in the whole list."""
-    key = ("victims-by-queue", min_runtime)
-    cached = session.memo.get(key)
+def _running_by_queue(session: Session) -> dict[str, list[WorkloadEntry]]:
+    """Running preemptible workloads by queue, as at the first call in the cycle."""
+    cached = session.memo.get("running-by-queue")
     if cached is None:
-        out: dict[str, list[tuple[int, Victim]]] = {}
-        for k, v in enumerate(every):
-            out.setdefault(v.entry.workload.queue, []).append((k, v))
-        session.memo[key] = cached = out
+        out: dict[str, list[WorkloadEntry]] = {}
+        for entry in session.snapshot.running.values():
+            if entry.workload.preemptible:
+                out.setdefault(entry.workload.queue, []).append(entry)
+        session.memo["running-by-queue"] = cached = out
     return cached  # type: ignore[return-value]
 
 
-def all_victims(session: Session, min_runtime: float) -> list[Victim]:
-    """Every evictable unit, in victim order, as at the first call in the cycle.
+def lowest_priority(session: Session, queue: str) -> float:
+    """The lowest priority among the queue's running preemptible workloads (inf if none)."""
+    return min((e.workload.priority for e in _running_by_queue(session).get(queue, ())), default=math.inf)
+
+
+def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Victim]:
+    """A queue's evictable units in victim order, worked out once per cycle.
 
     Kept for the cycle: the clock does not move within it, workloads placed during it are too
     new to evict, and `evict_for` skips allocations that have changed since.
     """
-    s = session.snapshot
-    key = ("victims", min_runtime)
+    key = ("victims", min_runtime, queue)
     cached = session.memo.get(key)
     if cached is not None:
         return cached  # type: ignore[return-value]
     out: list[Victim] = []
     now = session.clock
-    for entry in s.running.values():
+    for entry in _running_by_queue(session).get(queue, ()):
+        started = run_start(entry)
+        if now - started < min_runtime:
+            continue
         w = entry.workload
-        if not w.preemptible:
-            continue
-        if now - run_start(entry) < min_runtime:
-            continue
         bound = sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name))
         extra = len(bound) - w.gang_size
         if extra > 0:
             allocs = tuple(bound[:extra])
-            out.append(Victim(entry, allocs, lost_work(session, entry, allocs), True))
+            out.append(Victim(entry, allocs, lost_work(session, entry, allocs), True, started))
         allocs = tuple(bound)
-        out.append(Victim(entry, allocs, lost_work(session, entry, allocs), False))
-    out.sort(
-        key=lambda v: (not v.shrink, v.lost_work, v.entry.workload.priority, -run_start(v.entry), v.name)
-    )
+        out.append(Victim(entry, allocs, lost_work(session, entry, allocs), False, started))
+    out.sort(key=victim_order)
     session.memo[key] = out
     return out
 

@@ -8,7 +8,7 @@ unless the preemptor then fits.
 
 from __future__ import annotations
 
-from phalanx.actions.evict import evict_for, peek, victims
+from phalanx.actions.evict import evict_for, lowest_priority, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -40,6 +40,8 @@ class Preempt:
             if not gang or entry.name not in session.pending:
                 continue
             q = entry.workload.queue
+            if self.by == "priority" and entry.workload.priority <= lowest_priority(session, q):
+                continue  # nobody running in the queue ranks below it
             like = (
                 q,
                 entry.demand_key,

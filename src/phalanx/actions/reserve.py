@@ -40,63 +40,47 @@ class Reserve:
         gang, _ = gang_tasks(head)
         req = session.effective(gang[0].request)
         d = max(1, req.gpu.devices) if req.gpu.total_milli >= MILLI else 1
-        slots: list[tuple[float, int]] = []
         c = s.cluster
-        static = s.static_mask(req)
-        for i in range(len(c)):
-            if not c.node_ready[i] or not static[i]:
-                continue
-            for t in self.slot_times(session, i, d, req.cpu_milli, req.memory_mib, len(gang)):
-                slots.append((t, i))
-        slots.sort()
+        times = np.sort(self.gpu_free_times(session), axis=1)  # per node, when 1, 2, ... GPUs are free
+        usable = c.node_ready & s.static_mask(req)
+        slots: list[tuple[float, int]] = []
+        most = min(len(gang), times.shape[1] // d)
+        for k in range(1, most + 1):
+            t = times[:, k * d - 1]
+            fits = (
+                usable & np.isfinite(t) & (c.cpu_cap >= k * req.cpu_milli) & (c.mem_cap >= k * req.memory_mib)
+            )
+            slots += [(float(t[i]), int(i)) for i in np.nonzero(fits)[0]]
         if len(slots) < len(gang):
             return
+        slots.sort()
         chosen = slots[: len(gang)]
-        due = chosen[-1][0]
         mask = np.zeros(len(c), dtype=np.bool_)
         for _, i in chosen:
             mask[i] = True
-        session.reservation = Reservation(head.name, mask, due)
+        session.reservation = Reservation(head.name, mask, chosen[-1][0])
 
-    def slot_times(self, session: Session, i: int, d: int, cpu: int, mem: int, most: int) -> list[float]:
-        """When the node could hold 1, 2, ... tasks of d whole GPUs, from its tasks' expected ends."""
+    @staticmethod
+    def gpu_free_times(session: Session) -> np.ndarray:
+        """When each GPU will be wholly free: now, the end of its last holder, or never (inf).
+
+        Ends come from the holders' `estimated_runtime`; unknown means never. CPU and memory are
+        taken to be free by then (only the node's capacity is checked).
+        """
         s = session.snapshot
         c = s.cluster
         now = session.clock
-        free_at = {
-            j: now
-            for j in range(c.max_gpus)
-            if c.gpu_kind[i, j] == KIND_SHARED
-            and c.gpu_milli_free[i, j] == MILLI
-            and c.gpu_mem_free[i, j] == c.gpu_mem_cap[i, j]
-        }
-        ends: list[tuple[float, int, int]] = []
-        for a in s.on_node[i].values():
+        ends = np.full(c.gpu_kind.shape, -math.inf)
+        for a in s.allocations.values():
+            if a.devices.mig is not None or not a.devices.gpus:
+                continue
             est = s.workloads[a.task.workload].workload.estimated_runtime
             end = a.since + est if est is not None else math.inf
-            ends.append((end, a.cpu_milli, a.memory_mib))
             for j in a.devices.gpus:
-                if a.devices.mig is None:
-                    free_at[j] = max(free_at.get(j, now), end)
-        gpu_times = sorted(free_at.values())
-        ends.sort()
-        out = []
-        for k in range(1, most + 1):
-            if k * d > len(gpu_times):
-                break
-            t = gpu_times[k * d - 1]
-            cpu_free, mem_free = int(c.cpu_free[i]), int(c.mem_free[i])
-            tc = now
-            for end, ac, am in ends:
-                if cpu_free >= k * cpu and mem_free >= k * mem:
-                    break
-                cpu_free += ac
-                mem_free += am
-                tc = end
-            if cpu_free < k * cpu or mem_free < k * mem:
-                break
-            tt = max(t, tc)
-            if math.isinf(tt):
-                break
-            out.append(tt)
+                ends[a.node, j] = max(ends[a.node, j], end)
+        free = (c.gpu_kind == KIND_SHARED) & (c.gpu_milli_free == MILLI) & (c.gpu_mem_free == c.gpu_mem_cap)
+        held = (c.gpu_kind == KIND_SHARED) & ~free & (ends > -math.inf)
+        out = np.full(c.gpu_kind.shape, math.inf)
+        out[free] = now
+        out[held] = np.maximum(ends[held], now)
         return out
