@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phalanx.core.errors import SpecError
+from phalanx.spec.common import pairs
 
 DEFAULT_LEVELS = (
     ("zone", "topology.kubernetes.io/zone"),
@@ -30,14 +30,4 @@ class AdapterConfig:
 
 def parse_levels(text: str) -> tuple[tuple[str, str], ...]:
     """`zone=topology.kubernetes.io/zone,rack=example.com/rack` -> ((zone, key), (rack, key))."""
-    out = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise SpecError("--topology-levels", f"expected level=label-key pairs, got {part!r}")
-        level, key = (x.strip() for x in part.split("=", 1))
-        if not level or not key:
-            raise SpecError("--topology-levels", f"empty level or label key in {part!r}")
-        out.append((level, key))
-    return tuple(out)
+    return tuple(pairs(text, "--topology-levels", "level=label-key"))

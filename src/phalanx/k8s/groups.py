@@ -17,6 +17,7 @@ from phalanx.core.errors import SpecError
 from phalanx.core.model import PodSet, TaskRequest, TopologyConstraint, Workload
 from phalanx.k8s import keys
 from phalanx.k8s.pods import PodInfo, timestamp
+from phalanx.spec.quantity import whole_number
 
 
 @dataclass
@@ -67,16 +68,6 @@ def _owner(p: PodInfo) -> tuple[str, str] | None:
     return None
 
 
-def _int(text: object, where: str) -> int:
-    try:
-        v = int(str(text))
-    except ValueError:
-        raise SpecError(where, f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise SpecError(where, f"must be >= 1, got {v}")
-    return v
-
-
 def _settle(g: Group) -> None:
     """Minimum, queue and topology of the group, or the problems that keep it from running."""
     n = len(g.pods)
@@ -85,7 +76,7 @@ def _settle(g: Group) -> None:
         if g.pod_group is not None:
             spec = g.pod_group.get("spec") or {}
             kind = f"PodGroup {g.name}"
-            g.min_available = _int(spec.get("minMember", 1), f"{kind}: spec.minMember")
+            g.min_available = whole_number(spec.get("minMember", 1), f"{kind}: spec.minMember", 1)
             g.queue = str(spec.get("queue") or "")
             topo = spec.get("topology")
             if topo:
@@ -100,7 +91,7 @@ def _settle(g: Group) -> None:
                     "waiting for more"
                 )
         elif keys.KUEUE_GROUP_TOTAL in first.annotations:
-            g.min_available = _int(
+            g.min_available = whole_number(
                 first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
             )
             if g.min_available > n:
@@ -108,7 +99,7 @@ def _settle(g: Group) -> None:
                     f"pod group {g.name}: {g.min_available} pods expected, {n} present; waiting for more"
                 )
         elif keys.MIN_AVAILABLE in first.annotations:
-            g.min_available = _int(
+            g.min_available = whole_number(
                 first.annotations[keys.MIN_AVAILABLE], f"pod {first.key}: {keys.MIN_AVAILABLE}"
             )
             g.min_available = min(g.min_available, n)

@@ -18,7 +18,7 @@ from phalanx.core.mig import resolve_geometry
 from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
+from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes, whole_number
 
 _MODELS = (
     "GB200",
@@ -73,16 +73,6 @@ def gpu_model(product: str) -> str:
         if m in up:
             return m
     return product or "unknown"
-
-
-def _int(value: object, where: str) -> int:
-    try:
-        out = int(str(value))
-    except ValueError:
-        raise SpecError(where, f"expected a whole number, got {value!r}") from None
-    if out < 0:
-        raise SpecError(where, f"must be >= 0, got {out}")
-    return out
 
 
 def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
@@ -149,7 +139,7 @@ def _devices(
             err = e.errors()[0]
             raise SpecError(f"{w}.{'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
         default_model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
-        default_mem = _int(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
+        default_mem = whole_number(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
         listed: list[Gpu] = []
         for g in topo.gpus:
             gpu = Gpu(
@@ -167,17 +157,17 @@ def _devices(
         nics = [Nic(n.index, n.numa, n.pcie_switch, n.bandwidth_gbps) for n in topo.nics]
         return listed, nics, mig
     model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
-    mem = _int(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
-    whole = _int(alloc.get(keys.GPU_RESOURCE, "0"), f"{where}: allocatable {keys.GPU_RESOURCE}")
+    mem = whole_number(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
+    whole = whole_number(alloc.get(keys.GPU_RESOURCE, "0"), f"{where}: allocatable {keys.GPU_RESOURCE}")
     migs = {
-        k[len(keys.MIG_PREFIX) :]: _int(v, f"{where}: allocatable {k}")
+        k[len(keys.MIG_PREFIX) :]: whole_number(v, f"{where}: allocatable {k}")
         for k, v in alloc.items()
         if k.startswith(keys.MIG_PREFIX)
     }
     migs = {p: n for p, n in migs.items() if n > 0}
     gpus: list[Gpu] = [Gpu(j, model, mem, j // 4, j // 2, 0) for j in range(whole)]
     if migs:
-        count = _int(labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}")
+        count = whole_number(labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}")
         geo = resolve_geometry(model, mem)
         if geo is None:
             raise SpecError(
@@ -190,7 +180,7 @@ def _devices(
             gpus.append(Gpu(idx, model, mem, idx // 4, idx // 2, 0, True))
             if layout[k]:
                 mig[idx] = tuple(layout[k])
-    n_rdma = sum(_int(alloc.get(r, "0"), f"{where}: allocatable {r}") for r in cfg.rdma_resources)
+    n_rdma = sum(whole_number(alloc.get(r, "0"), f"{where}: allocatable {r}") for r in cfg.rdma_resources)
     switches = max(1, (len(gpus) + 1) // 2)
     nics = [
         Nic(k, (k * switches // max(n_rdma, 1)) // 2, k * switches // max(n_rdma, 1)) for k in range(n_rdma)
@@ -202,7 +192,7 @@ def _slice(text: str, where: str) -> MigInstance:
     prof, sep, start = text.partition("@")
     if not sep:
         raise SpecError(where, f"MIG instance must look like 1g.10gb@0, got {text!r}")
-    return MigInstance(prof, _int(start, where))
+    return MigInstance(prof, whole_number(start, where))
 
 
 def _layout(

@@ -16,7 +16,7 @@ from phalanx.core.errors import SpecError
 from phalanx.core.model import MILLI, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.spec.quantity import cpu_milli, memory_mib
+from phalanx.spec.quantity import cpu_milli, memory_mib, whole_number
 
 DONE_PHASES = ("Succeeded", "Failed")
 
@@ -115,14 +115,16 @@ def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, wh
             cpu = max(cpu, cpu_milli(ic["cpu"], f"{where}: initContainers resources.cpu"))
         if "memory" in ic:
             mem = max(mem, memory_mib(ic["memory"], f"{where}: initContainers resources.memory"))
-    whole = sum(_count(v, f"{where}: resources {keys.GPU_RESOURCE}") for v in per.get(keys.GPU_RESOURCE, []))
+    whole = sum(
+        whole_number(v, f"{where}: resources {keys.GPU_RESOURCE}") for v in per.get(keys.GPU_RESOURCE, [])
+    )
     migs = {
-        k[len(keys.MIG_PREFIX) :]: sum(_count(v, f"{where}: resources {k}") for v in vs)
+        k[len(keys.MIG_PREFIX) :]: sum(whole_number(v, f"{where}: resources {k}") for v in vs)
         for k, vs in per.items()
         if k.startswith(keys.MIG_PREFIX)
     }
     migs = {p: n for p, n in migs.items() if n}
-    rdma = sum(_count(v, f"{where}: resources {r}") for r in cfg.rdma_resources for v in per.get(r, []))
+    rdma = sum(whole_number(v, f"{where}: resources {r}") for r in cfg.rdma_resources for v in per.get(r, []))
     try:
         gpu = _gpu(whole, migs, per, notes, where)
     except SpecError as e:
@@ -149,16 +151,6 @@ def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, wh
         )
     except SpecError as e:
         raise e.located(where) from None
-
-
-def _count(value: object, where: str) -> int:
-    try:
-        out = float(str(value))
-    except ValueError:
-        raise SpecError(where, f"expected a whole number, got {value!r}") from None
-    if out < 0 or out != int(out):
-        raise SpecError(where, f"expected a whole number >= 0, got {value!r}")
-    return int(out)
 
 
 def _share(text: str, where: str) -> float:
@@ -190,7 +182,7 @@ def _gpu(
         share = _share(fraction, w)
         if not 0 < share <= 1:
             raise SpecError(w, f"a GPU fraction must be in (0, 1], got {fraction!r}")
-        devices = _count(
+        devices = whole_number(
             notes.get(keys.KAI_FRACTION_DEVICES, "1"), f"{where}: annotation {keys.KAI_FRACTION_DEVICES}"
         )
         if devices < 1:
@@ -198,17 +190,17 @@ def _gpu(
         return GpuRequest.whole(devices) if share == 1 else GpuRequest.fraction(share, devices)
     if memory is not None:
         w = f"{where}: annotation {keys.KAI_MEMORY}"
-        mib = _count(memory, w)
+        mib = whole_number(memory, w)
         if mib <= 0:
             raise SpecError(w, "GPU memory must be > 0 MiB")
         return GpuRequest.memory(mib, max(whole, 1))
     if hami_mem is not None:
-        mib = sum(_count(v, f"{where}: resources {keys.HAMI_GPUMEM}") for v in hami_mem)
+        mib = sum(whole_number(v, f"{where}: resources {keys.HAMI_GPUMEM}") for v in hami_mem)
         if mib <= 0:
             raise SpecError(f"{where}: resources {keys.HAMI_GPUMEM}", "GPU memory must be > 0 MiB")
         return GpuRequest.memory(mib, max(whole, 1))
     if hami_pct is not None:
-        pct = sum(_count(v, f"{where}: resources {keys.HAMI_GPUMEM_PERCENT}") for v in hami_pct)
+        pct = sum(whole_number(v, f"{where}: resources {keys.HAMI_GPUMEM_PERCENT}") for v in hami_pct)
         if not 0 < pct <= 100:
             raise SpecError(f"{where}: resources {keys.HAMI_GPUMEM_PERCENT}", f"must be in 1..100, got {pct}")
         devices = max(whole, 1)

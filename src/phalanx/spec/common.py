@@ -68,3 +68,18 @@ def load_yaml(path: str | Path) -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
         raise SpecError(where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+
+
+def pairs(text: str, flag: str, what: str) -> list[tuple[str, str]]:
+    """`a=b,c=d` (a command-line flag) -> [(a, b), (c, d)]; `what` names the pair in errors."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise SpecError(flag, f"expected {what} pairs, got {part!r}")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if not k or not v:
+            raise SpecError(flag, f"empty name or value in {part!r}")
+        out.append((k, v))
+    return out

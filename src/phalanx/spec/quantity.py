@@ -68,3 +68,18 @@ def memory_mib(value: object, where: str) -> int:
 def size_bytes(value: object, where: str) -> int:
     """Bytes as a number, or a quantity like 150Gi / 2T."""
     return round(_binary(value, where, "size (bytes)", "150Gi", 1.0))
+
+
+def whole_number(value: object, where: str, minimum: int = 0) -> int:
+    """A count such as `8`, `"8"` or `"8.0"`; anything else, or below `minimum`, is an error."""
+    if isinstance(value, bool):
+        raise SpecError(where, f"expected a whole number, got {value!r}")
+    try:
+        out = float(str(value))
+    except ValueError:
+        raise SpecError(where, f"expected a whole number, got {value!r}") from None
+    if not math.isfinite(out) or out != int(out):
+        raise SpecError(where, f"expected a whole number, got {value!r}")
+    if out < minimum:
+        raise SpecError(where, f"must be >= {minimum}, got {value!r}")
+    return int(out)

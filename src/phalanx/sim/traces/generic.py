@@ -15,6 +15,7 @@ from pathlib import Path
 from phalanx.core.errors import SpecError
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces.rows import Row, read_rows
+from phalanx.spec.common import pairs
 
 FIELDS = (
     "submit",
@@ -37,12 +38,7 @@ FIELDS = (
 
 def parse_mapping(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise SpecError("--map", f"expected field=column pairs, got {part!r}")
-        k, v = (x.strip() for x in part.split("=", 1))
+    for k, v in pairs(text, "--map", "field=column"):
         if k not in FIELDS:
             raise SpecError("--map", f"unknown field {k!r} (fields: {', '.join(FIELDS)})")
         out[k] = v
