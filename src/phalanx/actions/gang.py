@@ -83,8 +83,7 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
     if key is not None and key in session.no_room:
         cached: GangOutcome = session.no_room[key]
         return cached
-    room = upper_bound(session, tasks)
-    if room < len(tasks) and entry.last_pending is not None:
+    if entry.last_pending is not None and upper_bound(session, tasks) < len(tasks):
         # not even the free capacity is there: keep the reason found last time, do no placement work
         last = entry.last_pending
         outcome = GangOutcome(False, last.summary, last.reasons)

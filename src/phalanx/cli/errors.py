@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from phalanx.core.errors import SpecError
 
@@ -20,7 +21,10 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except SpecError as e:
-        err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        # soft_wrap: a long path must stay on one line so that it can be copied and grepped
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True
+        )
         raise typer.Exit(2) from None
 
 
