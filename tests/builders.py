@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import Bind, CycleResult, Pending
 from phalanx.core.model import (
@@ -135,6 +136,7 @@ class WorkloadBuilder:
         selector: dict[str, str] | None = None,
         tolerations: tuple[Toleration, ...] = (),
         dataset: str = "",
+        affinity: tuple[NodeSelectorTerm, ...] = (),
     ) -> WorkloadBuilder:
         if fraction is not None:
             g = GpuRequest.fraction(fraction, devices)
@@ -154,6 +156,7 @@ class WorkloadBuilder:
             dict(selector or {}),
             tolerations,
             dataset,
+            affinity,
         )
         self._podsets.append(PodSet(name, count, req))
         return self

@@ -73,7 +73,7 @@ class Candidates:
 def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
     c = s.cluster
     m = c.node_ready & (c.cpu_free >= req.cpu_milli) & (c.mem_free >= req.memory_mib)
-    if req.node_selector or s.has_taints:
+    if req.node_selector or req.node_affinity or s.has_taints:
         m &= s.static_mask(req)
     g = req.gpu
     if g.kind is GpuKind.WHOLE:
@@ -148,8 +148,8 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
         alive = alive & ok
 
     step(c.node_ready, "nodeready", "node not ready")
-    if req.node_selector:
-        step(s.selector_mask(req), "nodeaffinity", "node selector does not match")
+    if req.node_selector or req.node_affinity:
+        step(s.selector_mask(req), "nodeaffinity", "node selector or affinity does not match")
     step(s.static_mask(req) | ~s.selector_mask(req), "tainttoleration", "taint not tolerated")
     step(c.cpu_free >= req.cpu_milli, "resources", "insufficient CPU")
     step(c.mem_free >= req.memory_mib, "resources", "insufficient memory")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import GEOMETRIES, TOTAL_COMPUTE, TOTAL_SLOTS, resolve_geometry
 
@@ -245,6 +246,7 @@ class TaskRequest:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     dataset: str = ""
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()  # required terms, ORed (core.affinity)
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0:
@@ -269,6 +271,7 @@ class TaskRequest:
             tuple(sorted(self.node_selector.items())),
             self.tolerations,
             self.dataset,
+            self.node_affinity,
         )
 
 

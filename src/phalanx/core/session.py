@@ -7,7 +7,7 @@ open a statement, record a pending reason) so that actions stay short recipes.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -166,17 +166,7 @@ class Session:
         g = request.gpu
         if self.profile.gpu_sharing or g.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
             return request
-        return TaskRequest(
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib,
-            gpu=GpuRequest.whole(g.devices),
-            gpu_models=request.gpu_models,
-            rdma_nics=request.rdma_nics,
-            nic_same_pcie=request.nic_same_pcie,
-            node_selector=request.node_selector,
-            tolerations=request.tolerations,
-            dataset=request.dataset,
-        )
+        return replace(request, gpu=GpuRequest.whole(g.devices))
 
     def candidates(self, task: Task, restrict: BoolArray | None = None) -> PlacementContext:
         req = self.effective(task.request)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from phalanx.core.affinity import affinity_matches
 from phalanx.core.cluster import KIND_SHARED, BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
 from phalanx.core.decisions import Bind, CycleResult, Evict, Pending
 from phalanx.core.errors import SpecError
@@ -191,24 +192,21 @@ class Snapshot:
 
     def static_mask(self, request: TaskRequest) -> BoolArray:
         """Nodes whose labels and taints admit the request (labels and taints never change in a snapshot)."""
-        key = (tuple(sorted(request.node_selector.items())), request.tolerations)
+        key = (tuple(sorted(request.node_selector.items())), request.node_affinity, request.tolerations)
         mask = self._static_masks.get(key)
         if mask is None:
             mask = np.array(
-                [
-                    _selector_matches(n, request.node_selector) and _tolerated(n, request.tolerations)
-                    for n in self.nodes
-                ],
+                [_selector_matches(n, request) and _tolerated(n, request.tolerations) for n in self.nodes],
                 dtype=np.bool_,
             )
             self._static_masks[key] = mask
         return mask
 
     def selector_mask(self, request: TaskRequest) -> BoolArray:
-        key = ("selector", tuple(sorted(request.node_selector.items())))
+        key = ("selector", tuple(sorted(request.node_selector.items())), request.node_affinity)
         mask = self._static_masks.get(key)
         if mask is None:
-            mask = np.array([_selector_matches(n, request.node_selector) for n in self.nodes], dtype=np.bool_)
+            mask = np.array([_selector_matches(n, request) for n in self.nodes], dtype=np.bool_)
             self._static_masks[key] = mask
         return mask
 
@@ -597,8 +595,10 @@ class Snapshot:
                 )
 
 
-def _selector_matches(node: Node, selector: Mapping[str, str]) -> bool:
-    return all(node.labels.get(k) == v for k, v in selector.items())
+def _selector_matches(node: Node, request: TaskRequest) -> bool:
+    if not all(node.labels.get(k) == v for k, v in request.node_selector.items()):
+        return False
+    return affinity_matches(node.name, node.labels, request.node_affinity)
 
 
 def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:

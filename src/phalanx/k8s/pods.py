@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
 from phalanx.core.model import MILLI, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
+from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.quantity import cpu_milli, memory_mib, whole_number
 
 DONE_PHASES = ("Succeeded", "Failed")
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclass
@@ -148,9 +151,31 @@ def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, wh
             node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
             tolerations=tolerations,
             dataset=notes.get(keys.DATASET, ""),
+            node_affinity=_node_affinity(spec.get("affinity"), where),
         )
     except SpecError as e:
         raise e.located(where) from None
+
+
+def _node_affinity(affinity: Any, where: str) -> tuple[NodeSelectorTerm, ...]:
+    """Required node affinity is honoured; required pod (anti-)affinity is refused rather than ignored."""
+    if not affinity:
+        return ()
+    if not isinstance(affinity, dict):
+        raise SpecError(f"{where}: spec.affinity", "must be a mapping")
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if (affinity.get(kind) or {}).get(_REQUIRED):
+            raise SpecError(
+                f"{where}: spec.affinity.{kind}",
+                "required pod (anti-)affinity is not supported by Phalanx yet; the pod is left pending "
+                "rather than placed against it (use a node selector, node affinity or a topology constraint)",
+            )
+    node = affinity.get("nodeAffinity") or {}
+    required = node.get(_REQUIRED) if isinstance(node, dict) else None
+    if not required:
+        return ()
+    w = f"{where}: spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
+    return node_selector_terms(required.get("nodeSelectorTerms") if isinstance(required, dict) else [], w)
 
 
 def _share(text: str, where: str) -> float:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuRequest, PodSet, TaskRequest, Toleration, TopologyConstraint, Workload
+from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.common import at, load_yaml, validate
 from phalanx.spec.quantity import cpu_milli, memory_mib
 
@@ -40,6 +41,7 @@ class PodSetSpec(_Strict):
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     dataset: str = ""
+    node_affinity: list[dict[str, Any]] | None = None  # Kubernetes nodeSelectorTerms, ORed
 
 
 class TopologySpec(_Strict):
@@ -113,6 +115,7 @@ def build_workload(w: WorkloadSpec, where: str) -> Workload:
         cpu = cpu_milli(p.cpu, f"{pw}.cpu")
         mem = memory_mib(p.memory, f"{pw}.memory")
         gpu = gpu_request(p, pw)
+        affinity = node_selector_terms(p.node_affinity, f"{pw}.node_affinity")
         with at(pw):
             req = TaskRequest(
                 cpu_milli=cpu,
@@ -124,6 +127,7 @@ def build_workload(w: WorkloadSpec, where: str) -> Workload:
                 node_selector=dict(p.node_selector),
                 tolerations=tuple(tolerations),
                 dataset=p.dataset,
+                node_affinity=affinity,
             )
             podsets.append(PodSet(p.name, p.count, req))
     topo = TopologyConstraint(w.topology.level, w.topology.required) if w.topology else None
