@@ -309,3 +309,38 @@ def test_submission_sequence_tunes_down_a_list_larger_than_the_target():
     _, pods = slice_inputs()
     seq = submission_sequence(pods, 100_000, 1.3, np.random.default_rng(0))
     assert sum(p.gpu_milli_total for _, p in seq) <= 130_000 and len(seq) < len(pods)
+
+
+def no_spread() -> RuntimeModel:
+    base = default_runtime()
+    return RuntimeModel(base.model_copy(update={"spread": base.spread.model_copy(update={"enabled": False})}))
+
+
+def test_elastic_job_runs_at_its_minimum_then_grows_and_keeps_its_work():
+    nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384),)) for k in range(4)]
+    rigid = JobSpec("r", 0.0, 50.0, 2)
+    for prof in ("phalanx", "phalanx-queues"):
+        res = replay(
+            nodes, [rigid, JobSpec("e", 1.0, 100.0, 4, min_tasks=2)], load_profile(prof), runtime=no_spread()
+        )
+        e = {j.spec.name: j for j in res.jobs}["e"]
+        # 2 of 4 tasks from t=1 (half speed): 49 s x 0.5 = 24.5 s of work; all 4 from t=50: 75.5 s more
+        assert e.start == pytest.approx(1.0) and e.end == pytest.approx(125.5), prof
+        assert e.restarts == 0 and res.summary()["lost_gpu_h_preempt"] == 0
+    gang = replay(nodes, [rigid, JobSpec("e", 1.0, 100.0, 4)], load_profile("phalanx"), runtime=no_spread())
+    assert {j.spec.name: j for j in gang.jobs}["e"].end == pytest.approx(
+        150.0
+    )  # a rigid gang waits for all 4
+    with pytest.raises(SpecError, match="min tasks must be in"):
+        JobSpec("bad", 0.0, 1.0, 2, min_tasks=3)
+
+
+def test_generic_csv_marks_elastic_jobs_and_rejects_a_bad_minimum(tmp_path):
+    f = tmp_path / "elastic.csv"
+    f.write_text("t,d,g,lo\n0,10,4,2\n5,10,2,3\n")
+    m = generic.parse_mapping("submit=t,duration=d,gpus=g,min_tasks=lo")
+    with pytest.raises(SpecError, match=r"elastic\.csv:3: min tasks must be in \[0, 2\], got 3"):
+        generic.load_jobs(f, m)
+    f.write_text("t,d,g,lo\n0,10,4,2\n")
+    (job,) = generic.load_jobs(f, m)
+    assert job.min_count == 2 and job.workload().min_available == 2 and job.task_count == 4

@@ -128,3 +128,16 @@ def test_simulate_cli_with_queues_in_the_cluster_yaml(tmp_path):
     trace.write_text("t,d,g,team\n0,1000,2,nope\n")
     r = CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--out", str(out)])
     assert r.exit_code == 2 and "'nope'" in r.output and "t.csv" in r.output
+
+
+def test_reclaim_shrinks_an_elastic_job_which_keeps_its_work_and_grows_back():
+    nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384),)) for k in range(4)]
+    tree = QueueTree(Queue(q, quotas={"gpu": ResourceQuota(2000)}) for q in ("a", "b"))
+    jobs = [JobSpec("e", 0.0, 2000.0, 4, queue="a", min_tasks=2), JobSpec("r", 1000.0, 500.0, 2, queue="b")]
+    res = replay(nodes, jobs, load_profile("phalanx-queues"), queues=tree, check=True)
+    e, r = res.jobs
+    assert r.start == pytest.approx(1000.0)  # b's deserved 2 GPUs come back from a's elastic surplus
+    # e: full speed to t=1000 (half its work), half speed to t=1500 (1/8 more), full speed again: 750 s
+    assert e.restarts == 0 and e.end == pytest.approx(2250.0)
+    s = res.summary()
+    assert s["evicted_tasks"] == 2 and s["lost_gpu_h_preempt"] == 0

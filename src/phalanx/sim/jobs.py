@@ -29,6 +29,7 @@ class JobSpec:
     priority: int = 0
     preemptible: bool = True
     checkpoint_interval: float | None = None  # seconds; None: the replay's default
+    min_tasks: int = 0  # elastic: runs with min_tasks..task_count tasks (0: rigid gang)
     where: str = ""
 
     def __post_init__(self) -> None:
@@ -43,6 +44,8 @@ class JobSpec:
             raise SpecError(where, f"task count must be >= 0, got {self.tasks}")
         if self.checkpoint_interval is not None and not self.checkpoint_interval >= 0:
             raise SpecError(where, f"checkpoint interval must be >= 0 s, got {self.checkpoint_interval}")
+        if self.min_tasks < 0 or self.min_tasks > self.task_count:
+            raise SpecError(where, f"min tasks must be in [0, {self.task_count}], got {self.min_tasks}")
         if not 0 < self.gpu_milli <= MILLI:
             raise SpecError(where, f"GPU share per task must be in (0, 1000] milli, got {self.gpu_milli}")
 
@@ -52,6 +55,14 @@ class JobSpec:
         if self.tasks:
             return self.tasks
         return max(1, self.gpus if self.gpu_milli == MILLI else 1)
+
+    @property
+    def min_count(self) -> int:
+        return self.min_tasks or self.task_count
+
+    @property
+    def gpus_per_task(self) -> float:
+        return self.gpu_amount / self.task_count
 
     @property
     def gpu_amount(self) -> float:
@@ -76,7 +87,7 @@ class JobSpec:
         return Workload(
             self.name,
             (PodSet("worker", n, req),),
-            min_available=n,
+            min_available=self.min_count,
             queue=self.queue,
             priority=self.priority,
             preemptible=self.preemptible,

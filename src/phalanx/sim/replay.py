@@ -5,7 +5,9 @@ while work is pending, if set). A gang starts running once `min_available` of it
 bound; its run time comes from the runtime model (spread, cache, sharing) at that moment.
 A node failure or an eviction (preempt, reclaim, consolidate) stops a job: it keeps the work
 up to its last checkpoint (every `checkpoint_interval` seconds of run; 0 keeps nothing), loses
-the rest, and queues again. Per-queue GPU use is tracked against fair share (`QueueShares`).
+the rest, and queues again. An elastic job (`min_tasks`) runs at bound / total tasks of full
+speed; when it grows or shrinks its work so far is kept (the resize checkpoints in place).
+Per-queue GPU use is tracked against fair share (`QueueShares`).
 Attained service and executed time advance before every cycle, for LAS and SRTF orders.
 The replay ends when no event is left: jobs still waiting then are starved,
 and jobs partly placed but never started are deadlocked.
@@ -55,6 +57,8 @@ class JobRecord:
     evictions: int = 0
     lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by stops
     level: str = ""
+    rate: float = 1.0  # bound tasks / tasks: an elastic job at its minimum runs slower
+    held: float = 0.0  # GPUs held while running
 
     @property
     def jct(self) -> float | None:
@@ -204,8 +208,8 @@ def replay(
             ran = now - r.run_start
             every = entry.workload.checkpoint_interval
             kept = math.floor(ran / every) * every if every > 0 else 0.0
-            r.done = min(1.0, r.done + kept / r.run_time)
-            lost = (ran - kept) * r.spec.gpu_amount
+            r.done = min(1.0, r.done + kept * r.rate / r.run_time)
+            lost = (ran - kept) * r.held
             r.lost_gpu_s += lost
             if evicted:
                 out.lost_preempt_gpu_s += lost
@@ -216,9 +220,26 @@ def replay(
         r.restarts += 1
         r.evictions += int(evicted)
         running.discard(name)
-        shares.stop(r.spec.queue, r.spec.gpu_amount, done=False)
+        shares.stop(r.spec.queue, r.held, done=False)
+        r.held = 0.0
         for other in list(entry.bound.values()):
             snap.release(other.task.name)
+
+    def run_time_of(name: str) -> float:
+        """Run time at full size for the current placement (spread, cache, sharing)."""
+        job = recs[name].spec
+        shape = JobShape(job.gpus, job.duration, job.iterations, job.model, job.dataset)
+        return model.run_time(snap, shape, list(snap.workloads[name].bound.values()))
+
+    def resize(r: JobRecord, tasks: int, now: float) -> None:
+        """Run at tasks / task_count of full speed from now on, holding that many tasks' GPUs."""
+        held = tasks * r.spec.gpus_per_task
+        shares.start(r.spec.queue, held - r.held)
+        r.held = held
+        r.rate = tasks / r.spec.task_count
+        r.token += 1
+        left = (r.run_time or 0.0) * (1.0 - r.done) / r.rate
+        eng.schedule(now + left, Kind.COMPLETION, r.spec.name, r.token)
 
     def handle(batch: list[Event]) -> None:
         nonlocal finished
@@ -233,7 +254,8 @@ def replay(
                 if ev.token == r.token and ev.payload in running:
                     r.end = now
                     running.discard(ev.payload)
-                    shares.stop(r.spec.queue, r.spec.gpu_amount, done=True)
+                    shares.stop(r.spec.queue, r.held, done=True)
+                    shares.withdraw(r.spec.queue, r.spec.gpu_amount - r.held)
                     snap.remove_workload(ev.payload)
                     finished += 1
             elif ev.kind is Kind.NODE_FAIL:
@@ -264,17 +286,26 @@ def replay(
             entry = snap.workloads[name]
             r = recs[name]
             if entry.is_ready and name not in running:
-                allocs = list(entry.bound.values())
-                job = r.spec
-                shape = JobShape(job.gpus, job.duration, job.iterations, job.model, job.dataset)
-                r.run_time = model.run_time(snap, shape, allocs)
-                r.level = model.span_level(snap, {a.node for a in allocs})
+                r.run_time = run_time_of(name)
+                r.level = model.span_level(snap, {a.node for a in entry.bound.values()})
                 r.run_start = now
                 if r.start is None:
                     r.start = now
                 running.add(name)
-                shares.start(job.queue, job.gpu_amount)
-                eng.schedule(now + r.run_time * (1.0 - r.done), Kind.COMPLETION, name, r.token)
+                resize(r, len(entry.bound), now)
+        for name in {b.workload for b in result.binds} | {e.workload for e in result.evictions}:
+            r = recs[name]
+            if (
+                name in running
+                and r.run_start != now
+                and len(snap.workloads[name].bound) != round(r.rate * r.spec.task_count)
+            ):
+                # an elastic job grew or shrank: its work so far is kept (the resize checkpoints in place)
+                if r.run_start is not None and r.run_time:
+                    r.done = min(1.0, r.done + (now - r.run_start) * r.rate / r.run_time)
+                r.run_start = now
+                r.run_time = run_time_of(name)
+                resize(r, len(snap.workloads[name].bound), now)
         frag_rate = 0.0
         if metric is not None:
             frag, idle = metric.summary()

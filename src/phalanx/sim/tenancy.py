@@ -51,7 +51,12 @@ class QueueShares:
     def arrive(self, queue: str, gpus: float) -> None:
         self._waiting[self._pos[queue]] += gpus
 
+    def withdraw(self, queue: str, gpus: float) -> None:
+        """Demand that goes away unserved: the part of an elastic job that never ran when it ends."""
+        self._waiting[self._pos[queue]] -= gpus
+
     def start(self, queue: str, gpus: float) -> None:
+        """Waiting GPUs start running (negative: an elastic job shrinks and wants them again)."""
         k = self._pos[queue]
         self._waiting[k] -= gpus
         self._running[k] += gpus
