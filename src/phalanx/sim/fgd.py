@@ -129,8 +129,12 @@ def run_fgd(
     log: IO[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     node_rank: Callable[[Snapshot, np.random.Generator], npt.NDArray[np.int64]] | None = None,
+    at_end: Callable[[Snapshot], None] | None = None,
 ) -> FgdRun:
-    """Submit the pods one at a time through `run_cycle` and record the series."""
+    """Submit the pods one at a time through `run_cycle` and record the series.
+
+    `at_end` sees the final snapshot (benchmarks/fgd_idle.py reads where the idle GPUs sit).
+    """
     types = typical_task_types(pods)
     snap = Snapshot(nodes, task_types=types)
     c = snap.cluster
@@ -161,6 +165,8 @@ def run_fgd(
         if progress is not None and k % 200 == 0:
             progress(k, len(seq))
     run.submitted = len(seq)
+    if at_end is not None:
+        at_end(snap)
     return run
 
 
