@@ -6,7 +6,7 @@ from kube_objects import node, pod, pod_group, queue, topology
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuKind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.groups import group_pods
+from phalanx.k8s.groups import group_pods, workload_of
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import parse_pod
 from phalanx.k8s.queues import build_tree
@@ -105,6 +105,25 @@ def test_grouping_by_pod_group_by_owner_and_alone():
     assert groups["default/solo"].min_available == 1
     short = group_pods(pods[:1], [pod_group("pg", 4)])[0]
     assert "minMember 4 exceeds the 1 pod(s)" in short.problems[0]
+
+
+def test_pod_group_preemption_and_runtime_fields_win_over_pod_annotations():
+    notes = {
+        "phalanx.io/pod-group": "pg",
+        "phalanx.io/checkpoint-interval": "60",
+        "phalanx.io/preemptible": "true",
+    }
+    pods = [parse_pod(pod(f"w{k}", gpus=1, annotations=notes), CFG) for k in range(2)]
+    pg = pod_group("pg", 2, preemptible=False, checkpointIntervalSeconds=900, estimatedRuntimeSeconds=3600)
+    (g,) = group_pods(pods, [pg])
+    w = workload_of(g, "default")
+    assert (w.preemptible, w.checkpoint_interval, w.estimated_runtime) == (False, 900.0, 3600.0)
+    (plain,) = group_pods(pods, [pod_group("pg", 2)])
+    assert (
+        workload_of(plain, "default").checkpoint_interval == 60.0
+    )  # the annotation, when the spec is silent
+    (bad,) = group_pods(pods, [pod_group("pg", 2, preemptible="no", estimatedRuntimeSeconds=-5)])
+    assert "spec.preemptible" in bad.problems[0] and "true or false" in bad.problems[0]
 
 
 def test_queue_dialects_and_bad_queues_are_left_out():

@@ -32,6 +32,10 @@ class Group:
     queue: str = ""
     topology: TopologyConstraint | None = None
     problems: list[str] = field(default_factory=list)
+    # from our PodGroup's spec; None: the pods' phalanx.io/ annotations decide
+    preemptible: bool | None = None
+    checkpoint_interval: float | None = None
+    estimated_runtime: float | None = None
 
 
 def group_pods(pods: list[PodInfo], pod_groups: list[dict[str, Any]]) -> list[Group]:
@@ -85,6 +89,8 @@ def _settle(g: Group) -> None:
                         f"{kind}: spec.topology", "needs a level, e.g. {level: rack, required: true}"
                     )
                 g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
+            if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
+                _tenancy_fields(g, spec, kind)
             if g.min_available > n:
                 g.problems.append(
                     f"{kind}: minMember {g.min_available} exceeds the {n} pod(s) that belong to it; "
@@ -117,6 +123,22 @@ def _settle(g: Group) -> None:
     g.queue = g.queue or first.tag(keys.QUEUE_KEYS)
 
 
+def _tenancy_fields(g: Group, spec: dict[str, Any], kind: str) -> None:
+    """Our PodGroup's preemption and run-time fields (issue 5): what reclaim and reservation read."""
+    if "preemptible" in spec:
+        if not isinstance(spec["preemptible"], bool):
+            raise SpecError(
+                f"{kind}: spec.preemptible", f"must be true or false, got {spec['preemptible']!r}"
+            )
+        g.preemptible = spec["preemptible"]
+    for key, attr in (
+        ("checkpointIntervalSeconds", "checkpoint_interval"),
+        ("estimatedRuntimeSeconds", "estimated_runtime"),
+    ):
+        if key in spec:
+            setattr(g, attr, _seconds(str(spec[key]), f"{kind}: spec.{key}"))
+
+
 def workload_of(g: Group, queue: str) -> Workload:
     """The group as a core Workload; its tasks are named by pod (namespace/name)."""
     shapes: dict[tuple[object, ...], tuple[TaskRequest, list[str]]] = {}
@@ -137,14 +159,18 @@ def workload_of(g: Group, queue: str) -> Workload:
         min_available=min(g.min_available, len(g.pods)),
         queue=queue,
         priority=max(p.priority for p in g.pods),
-        preemptible=notes.get(keys.PREEMPTIBLE, "true").lower() != "false",
+        preemptible=(
+            g.preemptible
+            if g.preemptible is not None
+            else notes.get(keys.PREEMPTIBLE, "true").lower() != "false"
+        ),
         creation_time=created,
         topology=g.topology,
-        checkpoint_interval=_seconds(
-            notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}"
-        )
+        checkpoint_interval=g.checkpoint_interval
+        or _seconds(notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}")
         or 0.0,
-        estimated_runtime=_seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
+        estimated_runtime=g.estimated_runtime
+        or _seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
     )
 
 
