@@ -6,6 +6,7 @@ and the time-replay comparison on the Tiresias and Gavel traces.
     python benchmarks/bench_sim.py speed                     # one run, 60 runs, the 15K-job replay
     python benchmarks/bench_sim.py replay                    # Tiresias, Gavel: phalanx, fifo, k8s-default
     python benchmarks/bench_sim.py tenancy [--limit N]      # Gavel VCs as 15 queues: fairness, evictions
+    python benchmarks/bench_sim.py tenancy --ablate reserve,reclaim  # phalanx-queues minus an action
 
 Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
 """
@@ -17,10 +18,14 @@ import math
 import multiprocessing as mp
 import resource
 import time
+from importlib import resources as package_files
 from pathlib import Path
 
+import yaml
+
+from phalanx.core.profile import Profile
 from phalanx.core.queues import Queue, QueueTree, ResourceQuota
-from phalanx.profiles import load_profile
+from phalanx.profiles import compile_profile, load_profile
 from phalanx.sim.bench import BenchJob, diff, parse_seeds, run_bench, write_results
 from phalanx.sim.fgd import run_fgd
 from phalanx.sim.replay import replay
@@ -157,7 +162,15 @@ def replays() -> None:
             )
 
 
-def tenancy(limit: int = 0) -> None:
+def without(action: str) -> Profile:
+    """phalanx-queues with one action removed (ablation)."""
+    data = yaml.safe_load((package_files.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
+    data["name"] = f"without {action}"
+    data["actions"] = [a for a in data["actions"] if a["name"] != action]
+    return compile_profile(data, f"phalanx-queues without {action}")
+
+
+def tenancy(limit: int = 0, ablate: str = "") -> None:
     """Gavel msr seed 0: its 15 virtual clusters as 15 queues with equal deserved GPUs (500 / 15)."""
     jobs = gavel_jobs()
     if limit:
@@ -175,9 +188,13 @@ def tenancy(limit: int = 0) -> None:
         "| GPU-h lost | GPU alloc (%) | starved | wall (s) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for prof in ("phalanx-queues", "phalanx", "fifo", "las"):
+    profiles = [without(a) for a in ablate.split(",") if a] or [
+        load_profile(p) for p in ("phalanx-queues", "phalanx", "fifo", "las")
+    ]
+    for profile in profiles:
+        prof = profile.name
         t = time.perf_counter()
-        s = replay(nodes, jobs, load_profile(prof), topology_levels=levels, queues=tree).summary()
+        s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree).summary()
         cells = [f"{s[k]:,.0f}" for k in ("avg_jct_s", "p95_jct_s", "avg_wait_s", "max_wait_large_s")]
         cells += [f"{s['jain_index']:.3f}", f"{s['evictions']:,}", f"{s['lost_gpu_h_preempt']:,.0f}"]
         cells += [f"{s['gpu_alloc_pct']:.1f}", str(s["starved"])]
@@ -188,6 +205,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["fidelity", "lists", "speed", "replay", "tenancy"])
     ap.add_argument("--limit", type=int, default=0, help="tenancy: only the first N jobs")
+    ap.add_argument("--ablate", default="", help="tenancy: phalanx-queues without each of these actions")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -200,7 +218,7 @@ def main() -> None:
     elif args.what == "speed":
         speed()
     elif args.what == "tenancy":
-        tenancy(args.limit)
+        tenancy(args.limit, args.ablate)
     else:
         replays()
 
