@@ -89,8 +89,7 @@ class Session:
         out: list[WorkloadEntry] = []
         for key, group in s.pending_groups.items():
             sample = next(iter(group.values()))
-            k = self.room_for(sample)
-            if k >= len(group) - 1:
+            if len(group) == 1 or (k := self.room_for(sample)) >= len(group) - 1:
                 out.extend(group.values())
                 continue
             if k <= 0:
