@@ -7,14 +7,14 @@ from phalanx.core.snapshot import Snapshot
 from phalanx.profiles import compile_profile
 
 
-def profile(min_runtime=0.0):
+def profile(min_runtime=0.0, **reclaim):
     return compile_profile(
         {
             "name": "p",
             "tie_break": "name",
             "actions": [
                 {"name": "allocate"},
-                {"name": "reclaim", "args": {"min_runtime": min_runtime}},
+                {"name": "reclaim", "args": {"min_runtime": min_runtime, **reclaim}},
                 {"name": "preempt", "args": {"min_runtime": min_runtime}},
             ],
             "order": [{"name": "priority"}],
@@ -28,9 +28,11 @@ def gpu(deserved, limit=INF):
     return {"gpu": ResourceQuota(deserved * 1000, limit * 1000)}
 
 
-def scenario(tree, gpus=4, min_runtime=0.0):
+def scenario(tree, gpus=4, min_runtime=0.0, **reclaim):
     sc = Scenario(
-        [make_node("n").cpu(128).memory("1Ti").gpus(gpus).build()], [], profile=profile(min_runtime)
+        [make_node("n").cpu(128).memory("1Ti").gpus(gpus).build()],
+        [],
+        profile=profile(min_runtime, **reclaim),
     )
     sc.snapshot = Snapshot(sc.nodes, queues=tree)
     return sc
@@ -153,3 +155,26 @@ def test_reclaim_owes_the_deserved_quota_by_default_and_the_fair_share_on_reques
     # a holds its deserved 1 GPU: nothing is owed to it; its fair share of the 4 GPUs is 2
     assert outcomes["deserved"] == (1, 3000)
     assert outcomes["fair"] == (2, 2000)
+
+
+def test_transfer_reclaim_may_end_above_deserved_but_never_richer_than_its_victims():
+    """a (1 of its 4 GPUs) wants 4 more; b holds 8 of 4 deserved on a 10-GPU node."""
+
+    def run(transfer, want):
+        tree = QueueTree([Queue("a", quotas=gpu(4)), Queue("b", quotas=gpu(4))])
+        sc = scenario(tree, gpus=10, transfer=transfer)
+        sc.add(make_workload("a0").podset("p", gpu=1).queue("a").created(0).build())
+        for k in range(8):
+            sc.add(make_workload(f"b{k}").podset("p", gpu=1).queue("b").created(1 + k).build())
+        sc.run()
+        sc.add(make_workload("big").podset("p", want, gpu=1).queue("a").created(20).build())
+        evicted = len(sc.cycle().evictions)
+        return sc, evicted
+
+    sc, evicted = run(False, 4)  # 1 + 4 > 4 deserved: the default never lets a end above it
+    assert evicted == 0 and sc.bound("big") == 0
+    sc, evicted = run(True, 4)  # a ends at 5/4, b at 5/4: the gap closes
+    assert evicted == 3 and sc.bound("big") == 4
+    assert sc.snapshot.usage_of("a")[0] == 5000 and sc.snapshot.usage_of("b")[0] == 5000
+    sc, evicted = run(True, 5)  # a would end at 6/4 and b at 4/4: richer than its victim, refused
+    assert evicted == 0 and sc.bound("big") == 0

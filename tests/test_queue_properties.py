@@ -23,10 +23,10 @@ MIN_RUNTIME = 3.0
 EPS = 1e-6
 
 
-def profile(preempt=True):
+def profile(preempt=True, transfer=False):
     actions = [
         {"name": "allocate"},
-        {"name": "reclaim", "args": {"min_runtime": MIN_RUNTIME}},
+        {"name": "reclaim", "args": {"min_runtime": MIN_RUNTIME, "transfer": transfer}},
         {"name": "preempt", "args": {"min_runtime": MIN_RUNTIME}},
         {"name": "backfill"},
     ]
@@ -96,7 +96,10 @@ def test_queue_invariants(data):
     leaves = sorted(n for n in tree.queues if tree.is_leaf(n))
     plan = data.draw(arrivals(leaves))
     snap = Snapshot(nodes(), queues=tree)
-    prof = profile(preempt=data.draw(st.booleans(), label="with preempt"))
+    prof = profile(
+        preempt=data.draw(st.booleans(), label="with preempt"),
+        transfer=data.draw(st.booleans(), label="transfer reclaim"),
+    )
     rng = np.random.default_rng(0)
     started: dict[str, float] = {}
     finish: dict[str, float] = {}

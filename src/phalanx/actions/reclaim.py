@@ -28,12 +28,19 @@ EPS = 1e-6
 class Reclaim:
     name = "reclaim"
 
-    def __init__(self, min_runtime: float = 0.0, max_preemptors: int = 16, owed: str = "deserved") -> None:
+    def __init__(
+        self,
+        min_runtime: float = 0.0,
+        max_preemptors: int = 16,
+        owed: str = "deserved",
+        transfer: bool = False,
+    ) -> None:
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
         self.min_runtime = min_runtime
         self.max_preemptors = max_preemptors
         self.owed = owed
+        self.transfer = transfer
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
@@ -58,8 +65,15 @@ class Reclaim:
             if (q, entry.demand_key) in failed:
                 continue
             ask = session.request_of(gang)
-            if s.usage_of(q)[GPU] + ask[GPU] > owed[q][GPU] + EPS:
+            after = s.usage_of(q)[GPU] + ask[GPU]
+            if self.transfer:
+                # a queue below what it is owed may end above it, but never richer (relative to what
+                # each is owed) than a queue it takes from: every move narrows the gap
+                if s.usage_of(q)[GPU] >= owed[q][GPU] - EPS:
+                    continue
+            elif after > owed[q][GPU] + EPS:
                 continue
+            level = after / owed[q][GPU] if owed[q][GPU] > EPS else float("inf")
             over = {
                 name
                 for name in tree.queues
@@ -72,12 +86,14 @@ class Reclaim:
                 failed.add((q, entry.demand_key))
                 continue
 
-            def keeps_deserved(v: Victim, taken: list[Victim]) -> bool:
+            def keeps_deserved(v: Victim, taken: list[Victim], level: float = level) -> bool:
                 """After evicting v (earlier victims are already out), its queue keeps what it is owed."""
                 vq = v.entry.workload.queue
                 still = [a for a in v.allocs if a.task.name in s.allocations]
                 left = s.usage_of(vq)[GPU] - sum(s.alloc_vector(a)[GPU] for a in still)
-                return bool(left >= owed[vq][GPU] - EPS)
+                if left < owed[vq][GPU] - EPS:
+                    return False
+                return not self.transfer or left >= level * owed[vq][GPU] - EPS
 
             tries += 1
             taken = evict_for(
