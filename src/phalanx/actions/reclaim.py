@@ -6,6 +6,8 @@ beyond deserved quotas is shared by the allocation order (queues furthest below 
 share go first), not by evictions, so queues do not take turns evicting each other.
 `owed: fair` (KAI-like): the same with the fair share (never below deserved) in place of
 the deserved quota: fairer surplus, more evictions.
+`transfer: true`: a queue below what it is owed may end above it, but never richer (relative
+to what each is owed) than a queue it takes from, so big gangs of a poor queue can reclaim.
 Elastic surplus goes first, then the least lost work. Nothing is evicted unless the
 preemptor then fits.
 """
