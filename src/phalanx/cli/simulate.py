@@ -235,7 +235,10 @@ REPLAY_SHOW = {
     "avg_wait_s": "avg wait s",
     "makespan_s": "makespan s",
     "gpu_alloc_pct": "GPU alloc %",
-    "deadlocked": "deadlocked",
+}
+# a second table, so that each fits an 80-column terminal
+REPLAY_HEALTH = {
+    "deadlocked": "deadlock",
     "starved": "starved",
     "max_wait_large_s": "max wait 8+ GPU s",
     "evictions": "evictions",
@@ -251,15 +254,26 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
             console, f"FGD protocol: {e.name} (GPU allocation %, mean over seeds)", e.summary_rows(), FGD_SHOW
         )
     for rep in reps:
-        _table(console, f"Time replay: {rep.name}", rep.summary_rows(), REPLAY_SHOW)
+        rows = rep.summary_rows()
+        _table(console, f"Time replay: {rep.name}", rows, REPLAY_SHOW)
+        _table(console, f"Time replay: {rep.name}, gangs and queues", rows, REPLAY_HEALTH)
 
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:
     t = Table(title=title)
-    t.add_column("profile")
+    t.add_column("profile", no_wrap=True)
     for label in show.values():
         t.add_column(label, justify="right")
     for r in rows:
-        cells = [r.get(k, "") for k in show]
-        t.add_row(str(r["profile"]), *[f"{v:,.1f}" if isinstance(v, float) else str(v) for v in cells])
+        t.add_row(str(r["profile"]), *[_cell(r.get(k, "")) for k in show])
     console.print(t)
+
+
+def _cell(v: object) -> str:
+    if not isinstance(v, float):
+        return str(v)
+    if v != v:  # NaN: e.g. Jain's index when fewer than two queues ever wanted GPUs
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.3f}" if abs(v) < 1 else f"{v:,.1f}"
