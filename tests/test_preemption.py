@@ -178,3 +178,32 @@ def test_transfer_reclaim_may_end_above_deserved_but_never_richer_than_its_victi
     assert sc.snapshot.usage_of("a")[0] == 5000 and sc.snapshot.usage_of("b")[0] == 5000
     sc, evicted = run(True, 5)  # a would end at 6/4 and b at 4/4: richer than its victim, refused
     assert evicted == 0 and sc.bound("big") == 0
+
+
+def test_workloads_that_waited_reclaim_once_the_minimum_runtime_has_passed():
+    """Reclaim looks at every pending workload, not only those free capacity could hold."""
+    tree = QueueTree([Queue("a", quotas=gpu(2)), Queue("b", quotas=gpu(2))])
+    sc = scenario(tree, min_runtime=5)
+    for k in range(4):
+        sc.add(make_workload(f"b{k}").podset("p", gpu=1).queue("b").created(k).build())
+    sc.cycle()
+    for k in range(2):  # two alike: free capacity holds neither, so allocate tries neither again
+        sc.add(make_workload(f"a{k}").podset("p", gpu=1).queue("a").created(10 + k).build())
+    waited = 0
+    while not sc.cycle().evictions and waited < 10:
+        waited += 1
+    assert 3 <= waited < 10 and sc.bound("a0") == 1
+    sc.run()
+    assert sc.bound("a1") == 1 and sc.snapshot.usage_of("b")[0] == 2000
+
+
+def test_higher_priority_workloads_that_waited_preempt_once_the_minimum_runtime_has_passed():
+    sc = scenario(QueueTree([Queue("q", quotas=gpu(4))]), min_runtime=5)
+    for k in range(4):
+        sc.add(make_workload(f"low{k}").podset("p", gpu=1).queue("q").created(k).build())
+    sc.cycle()
+    for k in range(2):
+        sc.add(make_workload(f"high{k}").podset("p", gpu=1).queue("q").priority(5).created(10 + k).build())
+    for _ in range(12):
+        sc.cycle()
+    assert sc.bound("high0") == 1 and sc.bound("high1") == 1

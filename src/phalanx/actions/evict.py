@@ -96,8 +96,13 @@ def _running_by_queue(session: Session) -> dict[str, list[WorkloadEntry]]:
 
 
 def lowest_priority(session: Session, queue: str) -> float:
-    """The lowest priority among the queue's running preemptible workloads (inf if none)."""
-    return min((e.workload.priority for e in _running_by_queue(session).get(queue, ())), default=math.inf)
+    """The lowest priority among the queue's running preemptible workloads (inf if none), per cycle."""
+    key = ("lowest-priority", queue)
+    cached = session.memo.get(key)
+    if cached is None:
+        running = _running_by_queue(session).get(queue, ())
+        session.memo[key] = cached = min((e.workload.priority for e in running), default=math.inf)
+    return cached  # type: ignore[return-value]
 
 
 def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Victim]:

@@ -33,15 +33,15 @@ class Preempt:
     def execute(self, session: Session) -> None:
         tries = 0
         failed: set[object] = set()  # alike preemptors (queue, demand, rank) that found no victims
-        for entry in session.ordered_pending():
+        for entry in session.pending_for_eviction():
             if tries >= self.max_preemptors:
                 break
-            gang, _ = gang_tasks(entry)
-            if not gang or entry.name not in session.pending:
-                continue
             q = entry.workload.queue
             if self.by == "priority" and entry.workload.priority <= lowest_priority(session, q):
                 continue  # nobody running in the queue ranks below it
+            gang, _ = gang_tasks(entry)
+            if not gang:  # placed earlier in this cycle
+                continue
             like = (
                 q,
                 entry.demand_key,

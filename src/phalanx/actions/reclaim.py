@@ -57,23 +57,20 @@ class Reclaim:
             owed = dict(tree.deserved)
         tries = 0
         failed: set[object] = set()  # (queue, demand) that could not reclaim: their likes cannot either
-        for entry in session.ordered_pending():
+        for entry in session.pending_for_eviction():
             if tries >= self.max_preemptors:
                 break
-            gang, _ = gang_tasks(entry)
-            if not gang or entry.name not in session.pending:
-                continue
             q = entry.workload.queue
-            if (q, entry.demand_key) in failed:
+            if s.usage_of(q)[GPU] >= owed[q][GPU] - EPS or (q, entry.demand_key) in failed:
+                continue  # owed nothing (checked before the gang is worked out: most entries stop here)
+            gang, _ = gang_tasks(entry)
+            if not gang:  # placed earlier in this cycle
                 continue
             ask = session.request_of(gang)
             after = s.usage_of(q)[GPU] + ask[GPU]
-            if self.transfer:
-                # a queue below what it is owed may end above it, but never richer (relative to what
-                # each is owed) than a queue it takes from: every move narrows the gap
-                if s.usage_of(q)[GPU] >= owed[q][GPU] - EPS:
-                    continue
-            elif after > owed[q][GPU] + EPS:
+            # with transfer, a queue below what it is owed may end above it, but never richer
+            # (relative to what each is owed) than a queue it takes from: every move narrows the gap
+            if not self.transfer and after > owed[q][GPU] + EPS:
                 continue
             level = after / owed[q][GPU] if owed[q][GPU] > EPS else float("inf")
             over = {

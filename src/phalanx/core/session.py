@@ -46,6 +46,7 @@ class Session:
         self.no_room: dict[tuple[object, ...], Any] = {}
         self._open: list[Statement] = []
         self._gated: list[WorkloadEntry] | None = None
+        self._by_queue: list[WorkloadEntry] | None = None
         self._fair: dict[str, Vector] | None = None
         self.reservation: Reservation | None = None
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
@@ -74,6 +75,19 @@ class Session:
         if self._gated is None:
             self._gated = sorted(self.gated_pending(), key=self.order_key)
         return list(self._gated)
+
+    def pending_for_eviction(self) -> list[WorkloadEntry]:
+        """Every pending workload, queues furthest below their fair share first, then profile order.
+
+        Preempt and reclaim make room, so the free-capacity gate of `gated_pending` does not apply:
+        a workload that found no room in an earlier cycle must still get its turn to evict.
+        """
+        if self._by_queue is None:
+            entries = list(self.snapshot.pending_workloads())
+            self._by_queue = sorted(
+                entries, key=lambda e: (self.queue_key(e.workload.queue), self.order_key(e))
+            )
+        return list(self._by_queue)
 
     def gated_pending(self) -> list[WorkloadEntry]:
         """Pending workloads that could possibly be placed now, plus those never looked at.
