@@ -57,12 +57,14 @@ class Reclaim:
             owed = dict(tree.deserved)
         tries = 0
         failed: set[object] = set()  # (queue, demand) that could not reclaim: their likes cannot either
-        for entry in session.pending_for_eviction():
+        waiting = session.pending_by_queue()
+        short = [q for q in waiting if s.usage_of(q)[GPU] < owed[q][GPU] - EPS]
+        for entry in session.pending_for_eviction(short):
             if tries >= self.max_preemptors:
                 break
             q = entry.workload.queue
             if s.usage_of(q)[GPU] >= owed[q][GPU] - EPS or (q, entry.demand_key) in failed:
-                continue  # owed nothing (checked before the gang is worked out: most entries stop here)
+                continue  # owed nothing any more, or alike ones found no victims
             gang, _ = gang_tasks(entry)
             if not gang:  # placed earlier in this cycle
                 continue

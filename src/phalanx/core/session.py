@@ -7,6 +7,7 @@ open a statement, record a pending reason) so that actions stay short recipes.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,7 +47,7 @@ class Session:
         self.no_room: dict[tuple[object, ...], Any] = {}
         self._open: list[Statement] = []
         self._gated: list[WorkloadEntry] | None = None
-        self._by_queue: list[WorkloadEntry] | None = None
+        self._by_queue: dict[str, list[WorkloadEntry]] | None = None
         self._fair: dict[str, Vector] | None = None
         self.reservation: Reservation | None = None
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
@@ -76,18 +77,32 @@ class Session:
             self._gated = sorted(self.gated_pending(), key=self.order_key)
         return list(self._gated)
 
-    def pending_for_eviction(self) -> list[WorkloadEntry]:
-        """Every pending workload, queues furthest below their fair share first, then profile order.
+    def pending_by_queue(self) -> dict[str, list[WorkloadEntry]]:
+        """Every pending workload by queue, unsorted (as at the first call in the cycle)."""
+        if self._by_queue is None:
+            out: dict[str, list[WorkloadEntry]] = {}
+            for e in self.snapshot.pending_workloads():
+                out.setdefault(e.workload.queue, []).append(e)
+            self._by_queue = out
+        return self._by_queue
+
+    def pending_for_eviction(self, queues: Iterable[str]) -> list[WorkloadEntry]:
+        """The pending workloads of these queues, furthest below fair share first, then profile order.
 
         Preempt and reclaim make room, so the free-capacity gate of `gated_pending` does not apply:
         a workload that found no room in an earlier cycle must still get its turn to evict.
+        Only the first in order of each queue's alike workloads (same demand) is returned: alike
+        workloads find victims or not alike, and the next one gets its turn in the next cycle.
         """
-        if self._by_queue is None:
-            entries = list(self.snapshot.pending_workloads())
-            self._by_queue = sorted(
-                entries, key=lambda e: (self.queue_key(e.workload.queue), self.order_key(e))
-            )
-        return list(self._by_queue)
+        by_queue = self.pending_by_queue()
+        heads: dict[tuple[str, object], WorkloadEntry] = {}
+        for q in queues:
+            for e in by_queue.get(q, ()):
+                k = (q, e.demand_key)
+                h = heads.get(k)
+                if h is None or self.order_key(e) < self.order_key(h):
+                    heads[k] = e
+        return sorted(heads.values(), key=lambda e: (self.queue_key(e.workload.queue), self.order_key(e)))
 
     def gated_pending(self) -> list[WorkloadEntry]:
         """Pending workloads that could possibly be placed now, plus those never looked at.
