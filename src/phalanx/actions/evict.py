@@ -169,10 +169,31 @@ def _attempt(
     allow: Callable[[Victim, list[Victim]], bool] | None,
     commit: bool,
 ) -> tuple[list[Victim] | None, set[int]]:
-    """Evict in order until the gang fits; (victims, the gang's nodes), committed only with `commit`."""
+    """Evict in order until the gang fits; (victims, the gang's nodes), committed only with `commit`.
+
+    A placement try is costly, so after a failed one the next waits for twice as many more
+    victims (1, 2, 4, ...), and one last try follows the last victim. The extra victims this
+    may take are dropped again by `evict_for`'s second pass when they are not on the gang's nodes.
+    """
     stmt = session.statement()
     taken: list[Victim] = []
     gone: set[str] = set()
+    gap, next_at, tried_at = 1, 0, -1
+
+    def fits() -> set[int] | None:
+        if upper_bound(session, tasks) < len(tasks) or session.admit(preemptor, tasks) is not None:
+            return None
+        if not _place_gang(session, preemptor, tasks, outer=stmt, explain=False).placed:
+            return None
+        return {preemptor.bound[t.name].node for t in tasks}
+
+    def done(used: set[int]) -> tuple[list[Victim], set[int]]:
+        if commit:
+            stmt.commit()
+        else:
+            stmt.discard()
+        return taken, used
+
     for v in candidates:
         current = session.snapshot.allocations
         allocs = [a for a in v.allocs if a.task.name not in gone and current.get(a.task.name) is a]
@@ -182,15 +203,16 @@ def _attempt(
             stmt.evict(a, reason)
             gone.add(a.task.name)
         taken.append(v)
-        if upper_bound(session, tasks) < len(tasks) or session.admit(preemptor, tasks) is not None:
+        if len(taken) < next_at or upper_bound(session, tasks) < len(tasks):
             continue
-        outcome = _place_gang(session, preemptor, tasks, outer=stmt)
-        if outcome.placed:
-            used = {preemptor.bound[t.name].node for t in tasks}
-            if commit:
-                stmt.commit()
-            else:
-                stmt.discard()
-            return taken, used
+        tried_at = len(taken)
+        used = fits()
+        if used is not None:
+            return done(used)
+        next_at, gap = len(taken) + gap, gap * 2
+    if taken and tried_at < len(taken):
+        used = fits()
+        if used is not None:
+            return done(used)
     stmt.discard()
     return None, set()

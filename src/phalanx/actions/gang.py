@@ -95,9 +95,17 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
 
 
 def _place_gang(
-    session: Session, entry: WorkloadEntry, tasks: list[Task], outer: Statement | None = None
+    session: Session,
+    entry: WorkloadEntry,
+    tasks: list[Task],
+    outer: Statement | None = None,
+    explain: bool = True,
 ) -> GangOutcome:
-    """Try the planner's domains in order; with `outer`, work inside that statement (a preemption)."""
+    """Try the planner's domains in order; with `outer`, work inside that statement (a preemption).
+
+    `explain=False` skips working out why a failed try failed (costly): eviction simulations
+    try many times and only need to know whether the gang fits.
+    """
     planner = session.profile.gang_planner
     domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
@@ -116,7 +124,7 @@ def _place_gang(
                 stmt.commit()
             return GangOutcome(True)
         if last is None or dom.mask is None:
-            reasons = tuple(session.why_not(failed, dom.mask))
+            reasons = tuple(session.why_not(failed, dom.mask)) if explain else ()
             if dom.mask is not None and dom.required:
                 summary = (
                     f"required topology: no {dom.level} can host all {len(tasks)} tasks; "
