@@ -9,12 +9,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.fgd import XS
 
 X = np.array(list(XS))
+X_ARRIVED = "arrived GPU request (% of cluster GPU capacity)"
 
 
 def fgd_allocation(exp: FgdExperiment, path: Path) -> Path:
@@ -24,7 +26,7 @@ def fgd_allocation(exp: FgdExperiment, path: Path) -> Path:
     for label, y in sorted(exp.reference_curves().items()):
         ax.plot(X, y, ls="--", lw=1.0, label=f"{label} (authors)")
     ax.plot(X, np.minimum(X, 100), color="grey", lw=0.6, ls=":", label="arrived (ideal)")
-    ax.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+    ax.set_xlabel(X_ARRIVED)
     ax.set_ylabel("GPU allocation (%)")
     ax.set_title(f"FGD protocol: {exp.name}")
     lo = min(80.0, float(np.nanmin([y[90] for y in exp.curves(0).values()] or [80.0])) - 2)
@@ -48,11 +50,9 @@ def fgd_fragmentation(exp: FgdExperiment, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for prof, y in exp.curves(2).items():
         ax.plot(X, y, label=prof)
-    ax.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
-    ax.set_ylabel("fragmentation rate of idle GPU (%)")
-    ax.set_title(f"Fragmentation (FGD's definition): {exp.name}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _label(
+        ax, X_ARRIVED, "fragmentation rate of idle GPU (%)", f"Fragmentation (FGD's definition): {exp.name}"
+    )
     return _save(fig, path)
 
 
@@ -63,11 +63,7 @@ def jct_cdf(exp: ReplayExperiment, path: Path) -> Path:
         if len(jct):
             ax.step(jct, np.arange(1, len(jct) + 1) / len(res.jobs), where="post", label=prof)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"JCT CDF: {exp.name}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _label(ax, "job completion time (s)", "fraction of jobs", f"JCT CDF: {exp.name}")
     return _save(fig, path)
 
 
@@ -78,11 +74,7 @@ def gpu_over_time(exp: ReplayExperiment, path: Path) -> Path:
         a = np.array([100 * s.gpu_alloc for s in res.samples])
         if len(t):
             ax.step(t / 3600, a, where="post", label=prof, lw=1.0)
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("GPUs allocated (%)")
-    ax.set_title(f"GPU allocation over time: {exp.name}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _label(ax, "time (h)", "GPUs allocated (%)", f"GPU allocation over time: {exp.name}")
     return _save(fig, path)
 
 
@@ -131,6 +123,15 @@ def queue_shares(exp: ReplayExperiment, path: Path, most: int = 6) -> Path:
     axes[-1, 0].set_xlabel("time (h)")
     fig.suptitle(f"Queue GPU use (solid) vs fair share (dashed): {exp.name}", fontsize=10)
     return _save(fig, path)
+
+
+def _label(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
+    """The axis labels, title, grid and legend every line plot here shares."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def _save(fig: Figure, path: Path) -> Path:

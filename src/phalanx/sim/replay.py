@@ -57,8 +57,13 @@ class JobRecord:
     evictions: int = 0
     lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by stops
     level: str = ""
-    rate: float = 1.0  # bound tasks / tasks: an elastic job at its minimum runs slower
+    tasks: int = 0  # tasks running (an elastic job may run fewer than it has)
     held: float = 0.0  # GPUs held while running
+
+    @property
+    def rate(self) -> float:
+        """Share of full speed: an elastic job at its minimum runs slower."""
+        return self.tasks / self.spec.task_count if self.tasks else 1.0
 
     @property
     def jct(self) -> float | None:
@@ -236,7 +241,7 @@ def replay(
         held = tasks * r.spec.gpus_per_task
         shares.start(r.spec.queue, held - r.held)
         r.held = held
-        r.rate = tasks / r.spec.task_count
+        r.tasks = tasks
         r.token += 1
         left = (r.run_time or 0.0) * (1.0 - r.done) / r.rate
         eng.schedule(now + left, Kind.COMPLETION, r.spec.name, r.token)
@@ -295,11 +300,7 @@ def replay(
                 resize(r, len(entry.bound), now)
         for name in {b.workload for b in result.binds} | {e.workload for e in result.evictions}:
             r = recs[name]
-            if (
-                name in running
-                and r.run_start != now
-                and len(snap.workloads[name].bound) != round(r.rate * r.spec.task_count)
-            ):
+            if name in running and r.run_start != now and len(snap.workloads[name].bound) != r.tasks:
                 # an elastic job grew or shrank: its work so far is kept (the resize checkpoints in place)
                 if r.run_start is not None and r.run_time:
                     r.done = min(1.0, r.done + (now - r.run_start) * r.rate / r.run_time)
