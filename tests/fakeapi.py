@@ -24,7 +24,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 # plural -> (namespaced, kind)
-CORE = {"pods": (True, "Pod"), "nodes": (False, "Node"), "events": (True, "Event")}
+CORE = {
+    "pods": (True, "Pod"),
+    "nodes": (False, "Node"),
+    "events": (True, "Event"),
+    "namespaces": (False, "Namespace"),
+}
 GROUPS: dict[tuple[str, str], dict[str, tuple[bool, str]]] = {
     ("coordination.k8s.io", "v1"): {"leases": (True, "Lease")},
     ("scheduling.phalanx.io", "v1alpha1"): {"podgroups": (True, "PodGroup"), "queues": (False, "Queue")},
@@ -79,6 +84,7 @@ class FakeApi:
     watch_epoch: int = 0
     binds: dict[str, int] = field(default_factory=dict)  # successful binds per pod
     timeout_s: float = 2.0
+    absent: set[str] = field(default_factory=set)  # API groups this server does not serve (no CRD)
 
     def __post_init__(self) -> None:
         self.lock = threading.Condition()
@@ -216,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not m:
             return None
         api = "v1" if m["core"] else f"{m['group']}/{m['version']}"
+        if m["group"] in self.api.absent:
+            return None
         table = CORE if m["core"] else GROUPS.get((m["group"], m["version"]), {})
         if m["plural"] not in table:
             return None
@@ -232,9 +240,40 @@ class _Handler(BaseHTTPRequestHandler):
                     return f
         return None
 
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """GET /apis and /apis/{group}/{version}, as the real server answers them."""
+        served = {gv: t for gv, t in GROUPS.items() if gv[0] not in self.api.absent}
+        if path == "/apis":
+            by_group: dict[str, list[str]] = {}
+            for g, v in served:
+                by_group.setdefault(g, []).append(v)
+            return {
+                "kind": "APIGroupList",
+                "groups": [
+                    {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs]}
+                    for g, vs in by_group.items()
+                ],
+            }
+        m = re.match(r"^/apis/([^/]+)/([^/]+)$", path)
+        if m and (m[1], m[2]) in served:
+            table = served[(m[1], m[2])]
+            return {
+                "kind": "APIResourceList",
+                "groupVersion": f"{m[1]}/{m[2]}",
+                "resources": [{"name": p, "namespaced": ns, "kind": k} for p, (ns, k) in table.items()],
+            }
+        return None
+
     def _handle(self, method: str) -> None:
         u = urlparse(self.path)
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        if method == "GET":
+            listing = self._discovery(u.path)
+            if listing is not None:
+                with self.api.lock:
+                    self.api.requests.append((method, u.path))
+                self._send(200, listing)
+                return
         r = self._route(u.path)
         body = self._body() if method in ("POST", "PUT", "PATCH") else None
         if r is None:
@@ -311,6 +350,10 @@ class _Handler(BaseHTTPRequestHandler):
                     return 409, _status(409, "Conflict", msg)
                 new = copy.deepcopy(cur)
                 new.setdefault("spec", {})["nodeName"] = body["target"]["name"]
+                # as the real server does: the Binding's annotations are copied onto the pod
+                notes = (body.get("metadata") or {}).get("annotations") or {}
+                if notes:
+                    new.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
                 a._write(res, ns, r.name or "", new)
                 key = f"{ns}/{r.name}"
                 a.binds[key] = a.binds.get(key, 0) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -61,7 +62,9 @@ def synced(s: Scheduler, fake: FakeApi, timeout: float = 5.0) -> None:
 
 def step(s: Scheduler, fake: FakeApi):
     synced(s, fake)
-    return s.step()
+    report = s.step()
+    s.explainer.flush()  # explanations are written in the background
+    return report
 
 
 def pods_of(fake: FakeApi) -> dict[str, dict]:
@@ -160,11 +163,11 @@ def test_restart_between_binds_finishes_the_gang_and_binds_nothing_twice(fake):
     real_bind = a.api.bind
     calls = []
 
-    def crash_on_second(ns, name, uid, node):
+    def crash_on_second(ns, name, uid, node, notes=None):
         calls.append(name)
         if len(calls) == 2:
             raise Crash("scheduler killed mid-gang")
-        return real_bind(ns, name, uid, node)
+        return real_bind(ns, name, uid, node, notes)
 
     a.api.bind = crash_on_second
     synced(a, fake)
@@ -173,12 +176,15 @@ def test_restart_between_binds_finishes_the_gang_and_binds_nothing_twice(fake):
     a.stop()
     pods = pods_of(fake)
     assert sum(bool(p["spec"].get("nodeName")) for p in pods.values()) == 1  # half a gang on the API...
-    chosen = {n: p["metadata"]["annotations"]["phalanx.io/node"] for n, p in pods.items()}
+    plan = json.loads(pods["g-0"]["metadata"]["annotations"]["phalanx.io/gang-plan"])
+    chosen = {t.split("/")[1]: e["phalanx.io/node"] for t, e in plan["tasks"].items()}
+    assert set(chosen) == {"g-0", "g-1"}
     b = scheduler(fake, identity="b")
     report = step(b, fake)
     assert report.world.unfinished and report.outcome.bound  # ...which the next scheduler completes
     pods = pods_of(fake)
     assert {n: p["spec"]["nodeName"] for n, p in pods.items()} == chosen
+    assert all(p["metadata"]["annotations"]["phalanx.io/node"] == chosen[n] for n, p in pods.items())
     assert all(v == 1 for v in fake.binds.values())
     b.stop()
 

@@ -16,6 +16,7 @@ from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.k8s.api import Api
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
+from phalanx.k8s.leader import LeaseNamespaceMissing
 from phalanx.k8s.scheduler import Scheduler
 from phalanx.k8s.server import serve
 from phalanx.k8s.status import collect
@@ -47,37 +48,63 @@ def scheduler(
     ] = "phalanx",
     profile: Annotated[str, typer.Option(help="Built-in profile name or profile YAML.")] = "phalanx-queues",
     topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
-    namespace: Annotated[
-        str, typer.Option(help="Namespace of the leader-election Lease.")
+    lease_namespace: Annotated[
+        str,
+        typer.Option(
+            "--lease-namespace",
+            "--namespace",
+            help="Namespace of the leader-election Lease (created if missing and RBAC allows).",
+        ),
     ] = "phalanx-system",
+    leader_elect: Annotated[
+        bool,
+        typer.Option(help="Elect a leader through a Lease; --no-leader-elect for a single replica."),
+    ] = True,
     cycle_seconds: Annotated[float, typer.Option(help="Seconds between cycles (sooner on changes).")] = 1.0,
-    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz and /readyz.")] = 8080,
+    port: Annotated[
+        int, typer.Option(help="Port of /metrics, /healthz and /readyz (0: any free port).")
+    ] = 8080,
     identity: Annotated[
         str | None, typer.Option(help="Leader-election identity (default: host name).")
     ] = None,
+    bind_workers: Annotated[int, typer.Option(help="Gangs bound at the same time.")] = 32,
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     with user_errors():
         if cycle_seconds <= 0:
             raise SpecError("--cycle-seconds", f"must be > 0, got {cycle_seconds}")
+        if bind_workers < 1:
+            raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
             levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
-            namespace=namespace,
+            lease_namespace=lease_namespace,
+            leader_elect=leader_elect,
             cycle_seconds=cycle_seconds,
+            bind_workers=bind_workers,
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
-    serve(port, s.metrics, s.ready)
+    server = serve(port, s.metrics, s.ready)
+    logging.getLogger("phalanx.k8s").info(
+        "serving /metrics, /healthz and /readyz on port %d", server.server_port
+    )
     signal.signal(signal.SIGTERM, lambda *_: s.stop())
     s.start()
     try:
-        s.run()
+        with user_errors():
+            try:
+                s.run()
+            except LeaseNamespaceMissing as e:
+                raise SpecError("--lease-namespace", str(e)) from None
     except KeyboardInterrupt:
-        s.stop()
+        pass
+    finally:
+        s.close()
 
 
 def status(

@@ -14,6 +14,8 @@ from phalanx.core.devices import default_assignment, gpu_usable, model_ok
 from phalanx.core.model import GpuKind, TaskRequest
 from phalanx.core.snapshot import Snapshot
 
+GPU_MEMORY_UNKNOWN = "GPU memory unknown (the node reports no memory for its GPUs)"
+
 
 class Candidates:
     """Nodes that can host the task; per-GPU usability is computed on demand, row by row."""
@@ -164,8 +166,12 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
             step(has_mig, "gpu", "no MIG-enabled GPU")
             step(gpu_usable(c, all_rows, req).any(axis=1), "gpu", f"no free MIG slot for {g.mig_profile}")
         else:
+            step(c.gpu_count > 0, "gpu", "no GPUs on the node")
             has_shared = (c.gpu_kind == KIND_SHARED).sum(axis=1) >= g.devices
             step(has_shared, "gpu", "not enough GPUs")
+            if g.kind is GpuKind.MEMORY:
+                known = ((c.gpu_kind == KIND_SHARED) & (c.gpu_mem_cap > 0)).sum(axis=1) >= g.devices
+                step(known, "gpu", GPU_MEMORY_UNKNOWN)
             ok = gpu_usable(c, all_rows, req).sum(axis=1) >= g.devices
             what = {"whole": "free GPU", "fraction": "GPU share", "memory": "GPU memory"}.get(
                 g.kind.value, "GPU"

@@ -42,6 +42,7 @@ class TypeTable:
     def build(types: Sequence[TaskType], cluster: ClusterState) -> TypeTable:
         n_models = len(cluster.models)
         mem = cluster.gpu_mem_cap[cluster.gpu_kind == KIND_SHARED]
+        mem = mem[mem > 0]
         typical_mem = int(np.median(mem)) if len(mem) else 16384
         cpu, milli, num, is_cpu, weight = [], [], [], [], []
         access = np.ones((n_models + 1, len(types)), dtype=np.bool_)

@@ -43,8 +43,12 @@ class Gpu:
             raise SpecError("index", f"GPU index must be >= 0, got {self.index}")
         if not self.model:
             raise SpecError("model", "GPU model must not be empty")
-        if self.memory_mib <= 0:
-            raise SpecError("memory_mib", f"GPU memory must be > 0 MiB, got {self.memory_mib}")
+        if self.memory_mib < 0:
+            raise SpecError("memory_mib", f"GPU memory must be >= 0 MiB (0: unknown), got {self.memory_mib}")
+        if self.mig_enabled and not self.memory_mib:
+            raise SpecError(
+                "mig_enabled", "a MIG-enabled GPU needs its memory size (MIG geometry depends on it)"
+            )
         if self.mig_enabled and resolve_geometry(self.model, self.memory_mib) is None:
             raise SpecError("mig_enabled", f"GPU model {self.model!r} has no known MIG geometry")
 

@@ -259,10 +259,19 @@ class Session:
     def why_not(self, task: Task, restrict: BoolArray | None = None) -> list[Reason]:
         ctx_req = self.effective(task.request)
         reasons = explain(self.snapshot, ctx_req, restrict)
-        if not reasons:
-            ctx = self.candidates(task, restrict)
-            if not len(ctx.candidates) and self.profile.filters:
-                reasons = [Reason(f.name, f.reason()) for f in self.profile.filters]
+        if reasons:
+            return reasons
+        if not len(self.snapshot.cluster):
+            return [Reason("nodes", "no nodes")]
+        # every check passed somewhere: the profile's filters took the last nodes; name those that did
+        ctx = PlacementContext(self, task, ctx_req, find_candidates(self.snapshot, ctx_req, restrict))
+        for f in self.profile.filters:
+            if not len(ctx.candidates):
+                break
+            keep = f.keep(ctx)
+            if not keep.all():
+                reasons.append(Reason(f.name, f.reason(), int((~keep).sum())))
+                ctx = PlacementContext(self, task, ctx_req, ctx.candidates.subset(keep))
         return reasons
 
     def set_pending(

@@ -544,6 +544,7 @@ class Snapshot:
     def median_gpu_memory(self) -> int:
         if self._median_mem is None:
             mem = self.cluster.gpu_mem_cap[self.cluster.gpu_kind == KIND_SHARED]
+            mem = mem[mem > 0]  # 0: the node does not say (no GPU Feature Discovery label)
             self._median_mem = int(np.median(mem)) if len(mem) else 16384
         return self._median_mem
 

@@ -23,8 +23,11 @@ class AdapterConfig:
     rdma_resources: tuple[str, ...] = ("rdma/rdma_shared_device_a", "rdma/hca", "nvidia.com/rdma")
     pool_label: str = "phalanx.io/node-pool"
     default_queue: str = "default"
-    namespace: str = "phalanx-system"  # for the leader-election Lease
+    lease_namespace: str = "phalanx-system"  # for the leader-election Lease
+    leader_elect: bool = True
     cycle_seconds: float = 1.0
+    rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
+    bind_workers: int = 32  # concurrent binds (each gang is bound by one worker)
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-"""Device assignments as pod annotations, written before the bind and read back at start-up.
+"""Device assignments as pod annotations, written with the bind and read back at start-up.
 
 Schema (all values strings):
 - `phalanx.io/node`: the node chosen; written with the others, before the bind.
@@ -7,9 +7,17 @@ Schema (all values strings):
 - `phalanx.io/gpu-memory`: MiB of each listed GPU the share stands for (`"40960"`).
 - `phalanx.io/mig-slice`: MIG profile and start slot on the listed GPU (`"3g.40gb@4"`).
 - `phalanx.io/rdma-nics`: RDMA NIC indices (`"0"`).
+
+They travel on the Binding (the API server copies its annotations onto the pod), so one
+call assigns and binds. A gang of several pods first gets its plan, every member's
+assignment and pod uid as JSON in `phalanx.io/gang-plan` on its first pod: one write per
+gang that lets a restarted scheduler finish the binds it had started.
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from phalanx.core.cluster import MigSlice
 from phalanx.core.decisions import Bind
@@ -80,3 +88,40 @@ def decode(notes: dict[str, str], task: str, workload: str, node: str) -> Bind:
                 raise SpecError(w, f"expected MiB, got {notes[keys.GPU_MEMORY]!r}")
             mem = int(notes[keys.GPU_MEMORY])
     return Bind(task, workload, node, gpus, milli, mem, mig, nics)
+
+
+def binding_notes(b: Bind) -> dict[str, str]:
+    """The annotations a Binding carries for `b` (no removals: a Binding can only add)."""
+    return {k: v for k, v in encode(b).items() if v is not None}
+
+
+def stale_keys(current: dict[str, Any], b: Bind) -> list[str]:
+    """Assignment keys on the pod that the new assignment does not set (left by an earlier try)."""
+    new = binding_notes(b)
+    return [k for k in ALL if k in current and k not in new]
+
+
+def encode_plan(binds: list[Bind], uids: dict[str, str]) -> str:
+    tasks = {b.task: {"uid": uids.get(b.task, ""), **binding_notes(b)} for b in binds}
+    return json.dumps({"workload": binds[0].workload, "tasks": tasks}, separators=(",", ":"), sort_keys=True)
+
+
+def decode_plan(text: str, where: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """task -> (pod uid, its assignment annotations) from a `phalanx.io/gang-plan` value."""
+    w = f"{where}: {keys.GANG_PLAN}"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(w, f"not valid JSON: {e.msg} at character {e.pos}") from None
+    tasks = raw.get("tasks") if isinstance(raw, dict) else None
+    if not isinstance(tasks, dict):
+        raise SpecError(w, 'expected {"workload": ..., "tasks": {"ns/pod": {"uid": ..., ...}}}')
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    for task, entry in tasks.items():
+        if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+            raise SpecError(f"{w}.tasks.{task}", "expected a mapping of strings")
+        notes = {k: v for k, v in entry.items() if k != "uid"}
+        if keys.NODE_INTENT not in notes:
+            raise SpecError(f"{w}.tasks.{task}", f"missing {keys.NODE_INTENT}")
+        out[str(task)] = (entry.get("uid", ""), notes)
+    return out

@@ -1,12 +1,16 @@
-"""Carry out a cycle's decisions through the API: evictions, then gangs of binds.
+"""Carry out a cycle's decisions through the API: evictions, then gangs of binds, in parallel.
 
-A gang is bound in two phases. First every pod of it gets its device annotations and the
-chosen node (`phalanx.io/node`); only then are the pods bound, one by one. If the scheduler
-dies in between, the next one finds the chosen nodes on the pods and finishes the binds
+Each pod is bound by one call: the Binding carries the device assignment as annotations,
+which the API server copies onto the pod. A gang of several pods first gets its plan (every
+member's node, devices and pod uid) on its first pod, one write per gang; if the scheduler
+dies before all members are bound, the next one reads the plan and finishes the binds
 (`World.unfinished`). A bind that answers 409 is checked: bound to the same node means an
 earlier attempt got through (we never bind twice); bound elsewhere, or the pod gone, breaks
 the gang, and the pods we bound are evicted so that no gang stays partly bound by us.
-Conflicts, 5xx and timeouts are retried with exponential backoff.
+5xx, 429, timeouts and dropped connections are retried with exponential backoff.
+
+Gangs are bound concurrently by a pool of workers (one gang per worker, its members in
+order), which is what lets the API server, not our round trips, set the pace.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from phalanx.core.decisions import Bind, CycleResult
-from phalanx.k8s.api import Api, Conflict, NotFound
-from phalanx.k8s.devices import ALL, encode
+from phalanx.k8s import keys
+from phalanx.k8s.api import Api, ApiError, Conflict, NotFound
+from phalanx.k8s.devices import ALL, binding_notes, encode_plan, stale_keys
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
@@ -34,6 +40,13 @@ class Outcome:
     deferred: list[str] = field(default_factory=list)  # binds left for the next cycle (API trouble)
     not_evicted: list[str] = field(default_factory=list)  # evictions refused (PDB) or failed
 
+    def merge(self, other: Outcome) -> None:
+        self.bound += other.bound
+        self.evicted += other.evicted
+        self.broken.update(other.broken)
+        self.deferred += other.deferred
+        self.not_evicted += other.not_evicted
+
 
 class Retry(Exception):
     """Gave up after the retries; the work stays for the next cycle."""
@@ -46,15 +59,24 @@ def split(task: str) -> tuple[str, str]:
 
 class Executor:
     def __init__(
-        self, api: Api, attempts: int = 4, backoff: float = 0.1, sleep: Callable[[float], None] = time.sleep
+        self,
+        api: Api,
+        attempts: int = 4,
+        backoff: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+        workers: int = 32,
     ) -> None:
         self.api = api
         self.attempts = attempts
         self.backoff = backoff
         self.sleep = sleep
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
     def _retry(self, fn: Callable[[], T], conflicts: bool = False) -> T:
-        """Call with backoff on 5xx, timeouts and dropped connections (and on 409 if `conflicts`)."""
+        """Call with backoff on 5xx, 429, timeouts and dropped connections (and on 409 if `conflicts`)."""
         delay = self.backoff
         for k in range(self.attempts):
             try:
@@ -66,14 +88,17 @@ class Executor:
                     raise
                 if k == self.attempts - 1:
                     raise Retry(str(e)) from e
-                self.sleep(delay)
-                delay *= 2
-            except Exception as e:  # 5xx, timeouts, dropped connections
+            except ApiError as e:
+                if not e.retryable:
+                    raise
+                if k == self.attempts - 1:
+                    raise Retry(str(e)) from e
+            except Exception as e:  # timeouts, dropped connections
                 if k == self.attempts - 1:
                     raise Retry(str(e)) from e
                 log.info("API call failed (%s), retrying in %.2f s", type(e).__name__, delay)
-                self.sleep(delay)
-                delay *= 2
+            self.sleep(delay)
+            delay *= 2
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ evictions
@@ -84,60 +109,102 @@ class Executor:
             out.evicted.append(task)
         except NotFound:
             out.evicted.append(task)  # already gone
-        except (Conflict, Retry) as e:
+        except (ApiError, Retry) as e:  # 429 from a PodDisruptionBudget ends up here after the retries
             log.warning("could not evict %s: %s", task, e)
             out.not_evicted.append(task)
 
     # ------------------------------------------------------------------ binds
-    def apply(self, result: CycleResult, uids: dict[str, str]) -> Outcome:
+    def apply(
+        self, result: CycleResult, uids: dict[str, str], pods: dict[str, dict[str, Any]] | None = None
+    ) -> Outcome:
         out = Outcome()
-        for ev in result.evictions:
-            self.evict(ev.task, ev.reason, out)
+        parts = list(self.pool.map(self._evict_one, [(ev.task, ev.reason) for ev in result.evictions]))
+        for p in parts:
+            out.merge(p)
         # capacity a refused eviction (e.g. a PodDisruptionBudget) did not free must not be used
         held = {ev.node for ev in result.evictions if ev.task in out.not_evicted}
         gangs: dict[str, list[Bind]] = {}
         for b in result.binds:
             gangs.setdefault(b.workload, []).append(b)
+        todo = []
         for workload, binds in gangs.items():
             if any(b.node in held for b in binds):
                 out.deferred += [b.task for b in binds]
-                continue
-            self.bind_gang(workload, binds, uids, out, write_intent=True)
+            else:
+                todo.append((workload, binds))
+        self._bind_all(todo, uids, pods or {}, True, out)
         return out
 
-    def finish(self, binds: list[Bind], uids: dict[str, str], out: Outcome) -> None:
-        """Binds chosen by an earlier run (annotations already written)."""
+    def _evict_one(self, item: tuple[str, str]) -> Outcome:
+        o = Outcome()
+        self.evict(item[0], item[1], o)
+        return o
+
+    def finish(
+        self,
+        binds: list[Bind],
+        uids: dict[str, str],
+        out: Outcome,
+        pods: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Binds chosen by an earlier run (its plan is on the pods already)."""
         gangs: dict[str, list[Bind]] = {}
         for b in binds:
             gangs.setdefault(b.workload, []).append(b)
-        for workload, group in gangs.items():
-            self.bind_gang(workload, group, uids, out, write_intent=False)
+        self._bind_all(list(gangs.items()), uids, pods or {}, False, out)
+
+    def _bind_all(
+        self,
+        gangs: list[tuple[str, list[Bind]]],
+        uids: dict[str, str],
+        pods: dict[str, dict[str, Any]],
+        plan: bool,
+        out: Outcome,
+    ) -> None:
+        fn = partial(self._gang, uids=uids, pods=pods, plan=plan)
+        for part in self.pool.map(fn, gangs):
+            out.merge(part)
+
+    def _gang(
+        self, item: tuple[str, list[Bind]], uids: dict[str, str], pods: dict[str, dict[str, Any]], plan: bool
+    ) -> Outcome:
+        out = Outcome()
+        try:
+            self.bind_gang(item[0], item[1], uids, out, write_intent=plan, pods=pods)
+        except Exception as e:  # never lose the other gangs' outcomes to one surprise
+            log.exception("binding gang %s failed", item[0])
+            out.broken[item[0]] = f"unexpected error: {type(e).__name__}: {e}"
+        return out
 
     def clear_intent(self, task: str) -> None:
         ns, name = split(task)
+        notes: dict[str, str | None] = dict.fromkeys((*ALL, keys.GANG_PLAN))
         try:
-            self._retry(lambda: self.api.patch_pod_annotations(ns, name, dict.fromkeys(ALL)), conflicts=True)
-        except (NotFound, Conflict, Retry) as e:
+            self._retry(lambda: self.api.patch_pod_annotations(ns, name, notes), conflicts=True)
+        except (ApiError, Retry) as e:
             log.info("could not clear the chosen node of %s: %s", task, e)
 
     def bind_gang(
-        self, workload: str, binds: list[Bind], uids: dict[str, str], out: Outcome, write_intent: bool
+        self,
+        workload: str,
+        binds: list[Bind],
+        uids: dict[str, str],
+        out: Outcome,
+        write_intent: bool,
+        pods: dict[str, dict[str, Any]] | None = None,
     ) -> None:
-        written: list[Bind] = []
-        if write_intent:
-            for b in binds:
-                ns, name = split(b.task)
-                try:
-                    self._retry(partial(self.api.patch_pod_annotations, ns, name, encode(b)), conflicts=True)
-                    written.append(b)
-                except (NotFound, Conflict, Retry) as e:
-                    for w in written:
-                        self.clear_intent(w.task)
-                    out.broken[workload] = f"could not record the assignment of {b.task}: {e}"
-                    return
+        pods = pods or {}
+        if write_intent and len(binds) > 1:
+            ns, name = split(binds[0].task)
+            notes: dict[str, str | None] = {keys.GANG_PLAN: encode_plan(binds, uids)}
+            try:
+                self._retry(partial(self.api.patch_pod_annotations, ns, name, notes), conflicts=True)
+            except (ApiError, Retry) as e:
+                out.broken[workload] = f"could not record the gang's plan on {binds[0].task}: {e}"
+                return
         done: list[Bind] = []
         for b in binds:
-            state = self._bind_one(b, uids.get(b.task, ""))
+            state = self._bind_one(b, uids.get(b.task, ""), pods.get(b.task))
             if state == "bound":
                 done.append(b)
                 out.bound.append(b.task)
@@ -147,11 +214,17 @@ class Executor:
                 self._undo(workload, done, binds, state, out)
                 return
 
-    def _bind_one(self, b: Bind, uid: str) -> str:
-        """'bound', 'later' (API trouble: the intent stays, the next cycle retries), or why it broke."""
+    def _bind_one(self, b: Bind, uid: str, pod: dict[str, Any] | None) -> str:
+        """'bound', 'later' (API trouble: the plan stays, the next cycle retries), or why it broke."""
         ns, name = split(b.task)
         try:
-            self._retry(lambda: self.api.bind(ns, name, uid, b.node))
+            current = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+            stale = stale_keys(current, b)
+            if stale:  # a Binding can only add annotations: remove what an earlier try left
+                self._retry(
+                    partial(self.api.patch_pod_annotations, ns, name, dict.fromkeys(stale)), conflicts=True
+                )
+            self._retry(lambda: self.api.bind(ns, name, uid, b.node, binding_notes(b)))
             return "bound"
         except Retry:
             return self._verify(b) or "later"
@@ -159,13 +232,15 @@ class Executor:
             return f"pod {b.task} is gone"
         except Conflict:
             return self._verify(b) or f"pod {b.task} conflicts"
+        except ApiError as e:
+            return f"pod {b.task} could not be bound: {e}"
 
     def _verify(self, b: Bind) -> str | None:
         """After a 409 or a timeout: is the pod bound, and where?"""
         ns, name = split(b.task)
         try:
             pod: dict[str, Any] | None = self._retry(lambda: self.api.get_pod(ns, name))
-        except Retry:
+        except (ApiError, Retry):
             return None
         if pod is None:
             return f"pod {b.task} is gone"
@@ -183,6 +258,5 @@ class Executor:
         for b in done:
             self.evict(b.task, f"gang {workload} could not be completed: {why}", out)
             out.bound.remove(b.task)
-        for b in binds:
-            if b not in done:
-                self.clear_intent(b.task)
+        if len(binds) > 1 and binds[0] not in done:
+            self.clear_intent(binds[0].task)  # the plan: nobody must finish this gang

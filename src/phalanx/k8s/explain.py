@@ -1,18 +1,24 @@
 """Explanations written back: Events on pods, a condition on our PodGroups, status on our Queues.
 
 Each is written only when its text changes, so a pod waiting for hours gets one Event, not
-one per cycle.
+one per cycle. Objects left out as bad (nodes, queues of any dialect) get a Warning Event
+too. The writes go through a background `Writer`, as client-go's event broadcaster does:
+a cycle decides what to say and moves on; binds never wait for explanations.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from phalanx.core.decisions import CycleResult, Pending
+from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
 from phalanx.core.queues import CPU, GPU, MEM, fair_shares
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api
@@ -23,32 +29,84 @@ OUR_PODGROUPS = f"{keys.GROUP}/{keys.VERSION}/podgroups"
 OUR_QUEUES = f"{keys.GROUP}/{keys.VERSION}/queues"
 
 
+# what a core reason means on Kubernetes, where the core cannot know the keys
+HINTS = {
+    GPU_MEMORY_UNKNOWN: f"no label {keys.GFD_MEMORY} (GPU Feature Discovery) and no {keys.DEVICE_TOPOLOGY} "
+    "annotation gives the node's GPU memory; requests by GPU memory cannot be placed there",
+}
+
+
 def describe(p: Pending) -> str:
     parts = [p.summary]
     for r in p.reasons:
         where = f" on {r.nodes} node(s)" if r.nodes else ""
-        parts.append(f"{r.plugin}: {r.message}{where}")
+        hint = HINTS.get(r.message)
+        parts.append(f"{r.plugin}: {r.message}{where}" + (f" ({hint})" if hint else ""))
     return "; ".join(x for x in parts if x)
 
 
+class Writer(threading.Thread):
+    """Writes explanations in the background, in order; drops (and counts) what overflows its queue."""
+
+    def __init__(self, capacity: int = 10000) -> None:
+        super().__init__(name="explain-writer", daemon=True)
+        self.queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue(capacity)
+        self.dropped = 0
+        self.start()
+
+    def submit(self, what: str, fn: Callable[[], None]) -> bool:
+        try:
+            self.queue.put_nowait((what, fn))
+            return True
+        except queue.Full:
+            self.dropped += 1
+            return False
+
+    def run(self) -> None:
+        while True:
+            item = self.queue.get()
+            try:
+                if item is None:
+                    return
+                what, fn = item
+                try:
+                    fn()
+                except Exception as e:  # explanations must never stop scheduling
+                    log.info("could not write %s: %s", what, e)
+            finally:
+                self.queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until everything submitted so far is written (tests, shutdown)."""
+        self.queue.join()
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.join(timeout=10)
+
+
 class Explainer:
-    def __init__(self, api: Api, max_events: int = 200) -> None:
+    def __init__(self, api: Api, max_events: int = 5000) -> None:
         self.api = api
-        self.max_events = max_events
+        self.max_events = max_events  # per cycle; the rest are said in a later cycle
         self.said: dict[str, str] = {}  # object key -> last message
         self.status: dict[str, Any] = {}
+        self.writer = Writer()
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
     def _event(
         self, key: str, obj: dict[str, Any], reason: str, message: str, warning: bool, budget: list[int]
     ) -> None:
         if self.said.get(key) == reason + message or budget[0] <= 0:
             return
-        try:
-            self.api.event(obj, reason, message, warning)
+        if self.writer.submit(f"an event on {key}", lambda: self.api.event(obj, reason, message, warning)):
             self.said[key] = reason + message
             budget[0] -= 1
-        except Exception as e:  # explanations must never stop scheduling
-            log.info("could not write an event on %s: %s", key, e)
 
     def write(
         self,
@@ -56,11 +114,17 @@ class Explainer:
         result: CycleResult | None,
         pod_objects: dict[str, dict[str, Any]],
         our_queues: set[str] = frozenset(),  # type: ignore[assignment]
+        left_out: dict[str, dict[str, Any]] | None = None,
     ) -> None:
+        """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label."""
         budget = [self.max_events]
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
                 self._event(key, pod_objects[key], "InvalidRequest", msg, True, budget)
+        for lab, bad in (left_out or {}).items():
+            text = world.problems.get(lab)
+            if text is not None:
+                self._event(lab, bad, "LeftOut", f"left out by Phalanx: {text}", True, budget)
         for name, why in world.blocked.items():
             g = world.groups[name]
             text = "; ".join(why)
@@ -108,29 +172,24 @@ class Explainer:
         key = f"pg/{meta.get('namespace')}/{meta.get('name')}"
         body = {
             "phase": "Running" if status == "True" else "Pending",
-            "conditions": [
-                {
-                    "type": "Scheduled",
-                    "status": status,
-                    "reason": reason,
-                    "message": message[:1024],
-                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                }
-            ],
+            "conditions": [_condition("Scheduled", status, reason, message)],
         }
         if self.status.get(key) == (status, reason, message):
             return
-        try:
-            self.api.patch_status(OUR_PODGROUPS, str(meta.get("name")), str(meta.get("namespace")), body)
+        name, ns = str(meta.get("name")), str(meta.get("namespace"))
+        if self.writer.submit(
+            f"the status of {key}", lambda: self.api.patch_status(OUR_PODGROUPS, name, ns, body)
+        ):
             self.status[key] = (status, reason, message)
-        except Exception as e:
-            log.info("could not write the status of %s: %s", key, e)
 
     def _queues(self, world: World, ours: set[str]) -> None:
         s = world.snapshot
         if world.tree is None or not ours:
             return
         fair = _fair(world)
+        for name, why in world.queue_problems.items():
+            if name in ours:
+                self._queue_status(name, {"conditions": [_condition("Valid", "False", "Invalid", why)]})
         for name in world.tree.queues:
             if name not in ours:
                 continue
@@ -141,15 +200,32 @@ class Explainer:
                 "allocated": _res(use),
                 "requested": _res(use + pend),
                 "fairShare": _res(share),
+                "conditions": [_condition("Valid", "True", "Valid", "in the queue tree")],
             }
-            key = f"q/{name}"
-            if self.status.get(key) == body:
-                continue
-            try:
-                self.api.patch_status(OUR_QUEUES, name, None, body)
-                self.status[key] = body
-            except Exception as e:
-                log.info("could not write the status of queue %s: %s", name, e)
+            self._queue_status(name, body)
+
+    def _queue_status(self, name: str, body: dict[str, Any]) -> None:
+        key = f"q/{name}"
+        same = (
+            {k: v for k, v in body.items() if k != "conditions"},
+            [(c["status"], c["message"]) for c in body.get("conditions", [])],
+        )
+        if self.status.get(key) == same:
+            return
+        if self.writer.submit(
+            f"the status of queue {name}", lambda: self.api.patch_status(OUR_QUEUES, name, None, body)
+        ):
+            self.status[key] = same
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _res(v: np.ndarray) -> dict[str, str]:

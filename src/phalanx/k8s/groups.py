@@ -16,6 +16,7 @@ from typing import Any
 from phalanx.core.errors import SpecError
 from phalanx.core.model import PodSet, TaskRequest, TopologyConstraint, Workload
 from phalanx.k8s import keys
+from phalanx.k8s.contain import describe
 from phalanx.k8s.pods import PodInfo, timestamp
 from phalanx.spec.quantity import whole_number
 
@@ -118,8 +119,12 @@ def _settle(g: Group) -> None:
             g.topology = TopologyConstraint(
                 level, first.annotations.get(keys.TOPOLOGY_REQUIRED, "").lower() == "true"
             )
-    except SpecError as e:
-        g.problems.append(str(e))
+    except Exception as e:
+        g.problems.append(
+            describe("PodGroup", g.pod_group, e)
+            if g.pod_group is not None
+            else describe("Workload", {"metadata": {"name": g.name}}, e)
+        )
     g.queue = g.queue or first.tag(keys.QUEUE_KEYS)
 
 

@@ -14,7 +14,8 @@ GPU_FRACTION = "phalanx.io/gpu-fraction"  # "0.5": share of each GPU in GPU_DEVI
 GPU_MEMORY = "phalanx.io/gpu-memory"  # "10240": MiB of each GPU in GPU_DEVICES (shares)
 MIG_SLICE = "phalanx.io/mig-slice"  # "3g.40gb@4": profile and start slot on GPU_DEVICES[0]
 RDMA_NICS = "phalanx.io/rdma-nics"  # "0,1": RDMA NIC indices
-NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod, written before the bind
+NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod (on the Binding; before it, by older versions)
+GANG_PLAN = "phalanx.io/gang-plan"  # on a gang's first pod, before its binds: every member's assignment
 
 # read by Phalanx
 DEVICE_TOPOLOGY = "phalanx.io/device-topology"  # node annotation, JSON (docs/kubernetes.md)

@@ -13,9 +13,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from phalanx.k8s.api import Api, Conflict
+from phalanx.k8s.api import Api, ApiError, Conflict, Forbidden, NotFound
 
 log = logging.getLogger("phalanx.k8s")
+
+
+class LeaseNamespaceMissing(Exception):
+    """The Lease's namespace does not exist and we may not create it: a configuration error."""
+
+    def __init__(self, namespace: str, why: str) -> None:
+        self.namespace = namespace
+        super().__init__(
+            f"the leader-election namespace {namespace!r} does not exist and could not be created ({why}). "
+            f"Create it (kubectl create namespace {namespace}), pass --lease-namespace with an existing "
+            "namespace, or run a single replica with --no-leader-elect"
+        )
 
 
 def _fmt(t: float) -> str:
@@ -58,6 +70,31 @@ class LeaderElector:
             "leaseTransitions": transitions,
         }
 
+    def prepare(self) -> None:
+        """Make sure the Lease can be written: create its namespace if it is missing and RBAC allows.
+
+        Raises LeaseNamespaceMissing when it is missing and cannot be created. A service
+        account that may not read namespaces skips the check (in a cluster, our own namespace
+        exists); API trouble is left to `try_lead`, which retries every cycle.
+        """
+        try:
+            if self.api.get_namespace(self.namespace) is not None:
+                return
+        except Forbidden:
+            return
+        except Exception as e:
+            log.warning("could not check the lease namespace %r: %s", self.namespace, e)
+            return
+        try:
+            self.api.create_namespace(self.namespace)
+            log.info("created the leader-election namespace %r", self.namespace)
+        except Conflict:
+            pass  # created meanwhile
+        except ApiError as e:
+            raise LeaseNamespaceMissing(
+                self.namespace, f"{e.code} {e.reason or ''}: {e.message}".strip()
+            ) from None
+
     def try_lead(self) -> bool:
         """Acquire or renew the lease; True while we hold it."""
         now = self.clock()
@@ -84,6 +121,11 @@ class LeaderElector:
             self.api.write_lease(lease, create=False)  # carries resourceVersion: a racing write gets 409
             return self._set(True)
         except Conflict:
+            return self._set(False)
+        except NotFound as e:
+            if (e.details or {}).get("kind") == "namespaces":
+                self.prepare()  # the namespace went away: create it again, or stop with the fix
+            log.warning("lease check failed: %s", e)
             return self._set(False)
         except Exception as e:  # API trouble: stop leading once our lease may have expired
             log.warning("lease check failed: %s", e)

@@ -2,8 +2,10 @@
 
 Without the `phalanx.io/device-topology` annotation, the node's GPUs are `nvidia.com/gpu`
 (or `nvidia.com/gpu.count` when MIG takes them), of the model and memory that GFD labels
-give, two per PCIe switch; RDMA NICs spread evenly over the GPUs' switches; MIG instances
-are laid out from the node's `nvidia.com/mig-*` counts, first fit over its GPUs.
+give (memory unknown, 0, without the label: whole GPUs and shares still work, requests
+by GPU memory wait with a reason naming the label), two per PCIe switch; RDMA NICs spread
+evenly over the GPUs' switches; MIG instances are laid out from the node's
+`nvidia.com/mig-*` counts, first fit over its GPUs.
 """
 
 from __future__ import annotations
@@ -168,6 +170,12 @@ def _devices(
     gpus: list[Gpu] = [Gpu(j, model, mem, j // 4, j // 2, 0) for j in range(whole)]
     if migs:
         count = whole_number(labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}")
+        if not mem:
+            raise SpecError(
+                where,
+                f"MIG resources but no label {keys.GFD_MEMORY}: the MIG layout depends on the GPU memory "
+                f"(run GPU Feature Discovery or set the {keys.DEVICE_TOPOLOGY} annotation)",
+            )
         geo = resolve_geometry(model, mem)
         if geo is None:
             raise SpecError(

@@ -42,6 +42,7 @@ class PodInfo:
     owner: tuple[str, str] | None  # (kind, name) of the controlling owner
     deleting: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    plan_holder: str = ""  # the pod whose gang plan gave `intent`
 
     def tag(self, candidates: tuple[str, ...]) -> str:
         """The first of these keys found in labels, then annotations."""

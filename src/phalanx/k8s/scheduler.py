@@ -1,8 +1,10 @@
 """`phalanx scheduler`: informers -> snapshot -> `run_cycle` (unchanged) -> API calls.
 
-One cycle (`step`): read the store, build the world, finish binds an earlier run chose but
+One cycle (`step`): read the store, build the world, finish binds an earlier run planned but
 did not make, run the core's cycle, carry out its decisions, explain, update metrics.
-Cycles run every `cycle_seconds` and early when the store changes; only the leader runs them.
+Cycles run every `cycle_seconds` and early when the store changes; only the leader runs them
+(or every replica, with leader election off). Explanations are written in the background:
+they never hold up a bind.
 """
 
 from __future__ import annotations
@@ -21,19 +23,21 @@ from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.profile import Profile
 from phalanx.k8s import keys
-from phalanx.k8s.api import WATCHED, Api
-from phalanx.k8s.cache import Informer, Store
+from phalanx.k8s.api import Api
+from phalanx.k8s.cache import Informers, Store
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.contain import label
 from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
+from phalanx.k8s.kinds import POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
-from phalanx.k8s.world import World, build_world
+from phalanx.k8s.world import ASSUMED, Translations, World, build_world
 
 log = logging.getLogger("phalanx.k8s")
-POD_GROUP_KINDS = tuple("/".join(k) for k in keys.POD_GROUP_KINDS)
-QUEUE_KINDS = tuple("/".join(k) for k in keys.QUEUE_KINDS)
+POD_GROUP_KINDS = keys_of(POD_GROUPS)
+QUEUE_KINDS = keys_of(QUEUES)
 
 
 @dataclass
@@ -60,12 +64,14 @@ class Scheduler:
         self.clock = clock
         self.store = Store()
         self.stop_event = threading.Event()
-        self.executor = executor or Executor(api)
+        self.executor = executor or Executor(api, workers=cfg.bind_workers)
         self.explainer = Explainer(api)
-        self.elector = LeaderElector(api, cfg.namespace, identity, clock=clock)
+        self.elector = LeaderElector(api, cfg.lease_namespace, identity, clock=clock)
         self.metrics = Metrics()
         self.rng = np.random.default_rng(seed)
-        self.informers: list[Informer] = []
+        self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
+        self.translations = Translations()
+        self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
         self.assumed: dict[str, tuple[Bind, float]] = {}
         self.gone: dict[str, float] = {}  # evicted pods, until the watch deletes them
@@ -73,27 +79,35 @@ class Scheduler:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        for kind in WATCHED:
-            inf = Informer(self.api, kind, self.store, self.stop_event)
-            inf.start()
-            self.informers.append(inf)
+        self.informers.start()
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.store.changed.set()
+
+    def close(self) -> None:
+        """Stop, and let the binds and explanations in flight finish."""
+        self.stop()
+        self.executor.close()
+        self.explainer.close()
 
     def ready(self) -> bool:
-        return self.store.is_synced(WATCHED)  # a CRD that is not installed lists empty: synced
+        """Discovery ran and every served kind listed once; kinds the server lacks are not waited for."""
+        return self.informers.synced()
 
     def wait_synced(self, timeout: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.ready() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.ready()
+        return self.informers.wait_synced(timeout)
 
     def run(self) -> None:
-        """Until stopped: lead or wait, and cycle."""
+        """Until stopped: lead (or not, with leader election off) and cycle.
+
+        Raises LeaseNamespaceMissing when the Lease cannot be written at all: looping on it
+        would schedule nothing and say so only in the log.
+        """
+        if self.cfg.leader_elect:
+            self.elector.prepare()
         while not self.stop_event.is_set():
-            leading = self.elector.try_lead()
+            leading = self.elector.try_lead() if self.cfg.leader_elect else True
             self.metrics.leader.set(1 if leading else 0)
             if leading and self.ready():
                 try:
@@ -110,7 +124,10 @@ class Scheduler:
         pods = self._assume(self.store.items("pods"), now)
         groups = [o for k in POD_GROUP_KINDS for o in self.store.items(k)]
         queues = [o for k in QUEUE_KINDS for o in self.store.items(k)]
-        world = build_world(self.store.items("nodes"), pods, groups, queues, self.cfg, now)
+        world = build_world(self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations)
+        self.cycles += 1
+        if self.cycles % 100 == 0:
+            self._forget_translations()
         pod_objects = {
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
             for p in pods
@@ -120,14 +137,9 @@ class Scheduler:
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         if world.unfinished:
-            self.executor.finish(world.unfinished, uids, out)
+            self.executor.finish(world.unfinished, uids, out, pod_objects)
         result = run_cycle(world.snapshot, self.profile, now, self.rng)
-        done = self.executor.apply(result, uids)
-        out.bound += done.bound
-        out.evicted += done.evicted
-        out.broken.update(done.broken)
-        out.deferred += done.deferred
-        out.not_evicted += done.not_evicted
+        out.merge(self.executor.apply(result, uids, pod_objects))
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
             self.assumed[task] = (binds[task], now)
@@ -139,7 +151,13 @@ class Scheduler:
             if str(q.get("apiVersion", "")).startswith(keys.GROUP)
         }
         world.snapshot.apply(result, now)  # so that queue status and metrics show the cycle's outcome
-        self.explainer.write(world, result, pod_objects, ours)
+        left_out = {
+            label(kind, o): o
+            for kind, objs in (("Node", self.store.items("nodes")), ("Queue", queues))
+            for o in objs
+            if label(kind, o) in world.problems
+        }
+        self.explainer.write(world, result, pod_objects, ours, left_out)
         self._metrics(world, result, out, time.perf_counter() - t0)
         return StepReport(world, result, out)
 
@@ -162,6 +180,7 @@ class Scheduler:
                 else:
                     b = hit[0]
                     p = copy.deepcopy(p)
+                    p[ASSUMED] = True
                     p.setdefault("spec", {})["nodeName"] = b.node
                     notes = p.setdefault("metadata", {}).setdefault("annotations", {})
                     notes.update({k: v for k, v in encode(b).items() if v is not None})
@@ -171,6 +190,14 @@ class Scheduler:
         for key in [k for k in self.assumed if k not in seen]:
             del self.assumed[key]
         return out
+
+    def _forget_translations(self) -> None:
+        uids = {
+            str((o.get("metadata") or {}).get("uid", ""))
+            for kind in ("nodes", "pods")
+            for o in self.store.items(kind)
+        }
+        self.translations.forget_except(uids, uids)
 
     def _metrics(self, world: World, result: CycleResult, out: Outcome, seconds: float) -> None:
         m = self.metrics

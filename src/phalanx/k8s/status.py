@@ -13,10 +13,10 @@ import numpy as np
 
 from phalanx.core.cycle import run_cycle
 from phalanx.core.queues import GPU, fair_shares
-from phalanx.k8s import keys
-from phalanx.k8s.api import WATCHED, Api
+from phalanx.k8s.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.explain import describe
+from phalanx.k8s.kinds import POD_GROUPS, QUEUES, WATCHED
 from phalanx.k8s.world import World, build_world
 from phalanx.profiles import load_profile
 
@@ -30,9 +30,10 @@ class Status:
 
 
 def collect(api: Api, cfg: AdapterConfig) -> Status:
-    objs = {k: api.list(k)[0] for k in WATCHED}
-    groups = [o for k in ("/".join(x) for x in keys.POD_GROUP_KINDS) for o in objs[k]]
-    queues = [o for k in ("/".join(x) for x in keys.QUEUE_KINDS) for o in objs[k]]
+    served = api.served(WATCHED)  # a kind the cluster lacks (CRD not installed) has no objects
+    objs = {k.key: api.list(k)[0] if k.key in served else [] for k in WATCHED}
+    groups = [o for k in POD_GROUPS for o in objs[k.key]]
+    queues = [o for k in QUEUES for o in objs[k.key]]
     world = build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time())
     return summarize(world, cfg)
 
@@ -85,6 +86,5 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
         out.pending.append({"workload": p.workload, "why": describe(p)})
     for name, why in world.blocked.items():
         out.pending.append({"workload": name, "why": "; ".join(why)})
-    out.problems += [f"{k}: {v}" for k, v in world.pod_problems.items()]
-    out.problems += list(world.node_problems.values()) + list(world.queue_problems.values())
+    out.problems += [world.problems[k] for k in sorted(world.problems)]
     return out

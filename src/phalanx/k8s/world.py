@@ -1,15 +1,19 @@
 """The cache's API objects -> one snapshot for a cycle, and what could not be taken in.
 
-Pods of ours that are bound (or that we chose a node for, before a restart cut the bind
-short) are rebuilt with the devices their annotations record. Pods of other schedulers
-count as used capacity on their nodes. Objects that cannot be read are left out with a
-message, which the scheduler turns into Events and conditions; the rest goes on.
+Pods of ours that are bound (or whose gang plan names a node, before a restart cut the
+binds short) are rebuilt with the devices their annotations record. Pods of other
+schedulers count as used capacity on their nodes. Objects that cannot be read are left out
+with a message naming them (`Kind namespace/name: what is wrong`); the scheduler turns those
+into Events and conditions, and the rest goes on. Containment is in one place (`Contain`):
+whatever error a translation raises, for whatever kind, ends there and nowhere else.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,12 +24,61 @@ from phalanx.core.feasibility import find_candidates
 from phalanx.core.model import MILLI, GpuKind, Node
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import ForeignUsage, Snapshot
+from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.devices import decode
+from phalanx.k8s.contain import Contain, describe, label
+from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.groups import Group, group_pods, workload_of
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
 from phalanx.k8s.queues import build_tree
+
+T = TypeVar("T")
+ASSUMED = "__phalanx_assumed__"  # set on pod copies the scheduler edited (never cached)
+
+
+class Translations:
+    """Parsed nodes and pods by (uid, resourceVersion): an object is translated once per version."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[str, Node | SpecError]] = {}
+        self.pods: dict[str, tuple[str, PodInfo | SpecError]] = {}
+
+    @staticmethod
+    def _version(obj: dict[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+
+    def node(self, obj: dict[str, Any], cfg: AdapterConfig) -> Node:
+        return self._memo(self.nodes, obj, lambda: parse_node(obj, cfg))
+
+    def pod(self, obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
+        if obj.get(ASSUMED):
+            return parse_pod(obj, cfg)
+        return self._memo(self.pods, obj, lambda: parse_pod(obj, cfg))
+
+    def _memo(self, table: dict[str, tuple[str, Any]], obj: dict[str, Any], fn: Callable[[], T]) -> T:
+        uid, rv = self._version(obj)
+        if not uid or not rv:
+            return fn()
+        hit = table.get(uid)
+        if hit is not None and hit[0] == rv:
+            if isinstance(hit[1], SpecError):
+                raise hit[1]
+            return hit[1]  # type: ignore[no-any-return]
+        try:
+            out = fn()
+        except SpecError as e:
+            table[uid] = (rv, e)
+            raise
+        table[uid] = (rv, out)
+        return out
+
+    def forget_except(self, nodes: set[str], pods: set[str]) -> None:
+        """Drop entries of objects that no longer exist (called now and then)."""
+        for table, alive in ((self.nodes, nodes), (self.pods, pods)):
+            for uid in [u for u in table if u not in alive]:
+                del table[uid]
 
 
 @dataclass
@@ -35,11 +88,12 @@ class World:
     pods: dict[str, PodInfo] = field(default_factory=dict)  # ours, by task name (namespace/name)
     groups: dict[str, Group] = field(default_factory=dict)  # by workload name
     blocked: dict[str, list[str]] = field(default_factory=dict)  # workload -> why it cannot run
-    pod_problems: dict[str, str] = field(default_factory=dict)
+    pod_problems: dict[str, str] = field(default_factory=dict)  # our pods left out, by namespace/name
     node_problems: dict[str, str] = field(default_factory=dict)
     queue_problems: dict[str, str] = field(default_factory=dict)
-    unfinished: list[Bind] = field(default_factory=list)  # chosen before a restart, not bound yet
-    stale_intents: list[str] = field(default_factory=list)  # intents to clear (node gone or no fit)
+    problems: dict[str, str] = field(default_factory=dict)  # every object left out, by its label
+    unfinished: list[Bind] = field(default_factory=list)  # planned before a restart, not bound yet
+    stale_intents: list[str] = field(default_factory=list)  # plans and intents to clear (node gone or no fit)
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -58,21 +112,25 @@ def build_world(
     queues: list[dict[str, Any]],
     cfg: AdapterConfig,
     now: float,
+    memo: Translations | None = None,
 ) -> World:
+    memo = memo or Translations()
+    contain = Contain()
     parsed: list[Node] = []
     ready: dict[str, bool] = {}
-    problems: dict[str, str] = {}
-    for obj in nodes:
-        try:
-            n = parse_node(obj, cfg)
-        except SpecError as e:
-            problems[str((obj.get("metadata") or {}).get("name", ""))] = str(e)
+    node_problems: dict[str, str] = {}
+    for obj in sorted(nodes, key=lambda o: str((o.get("metadata") or {}).get("name", ""))):
+        n = contain("Node", obj, partial(memo.node, obj, cfg))
+        if n is None:
+            node_problems[str((obj.get("metadata") or {}).get("name", ""))] = contain.problems[
+                label("Node", obj)
+            ]
             continue
         parsed.append(n)
         ready[n.name] = _ready(obj)
     tree, queue_problems = build_tree(queues, cfg.default_queue)
     snap = Snapshot(parsed, topology_levels=[lv for lv, _ in cfg.levels], queues=tree)
-    w = World(snap, tree, node_problems=problems, queue_problems=queue_problems)
+    w = World(snap, tree, node_problems=node_problems, queue_problems=queue_problems)
     for name, ok in ready.items():
         if not ok:
             snap.set_node_ready(name, False)
@@ -81,13 +139,15 @@ def build_world(
     for obj in pods:
         if not is_active(obj):
             continue
-        meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        try:
-            p = parse_pod(obj, cfg)
-        except SpecError as e:
+        p = contain("Pod", obj, partial(memo.pod, obj, cfg))
+        if p is None:
             if (obj.get("spec") or {}).get("schedulerName") == cfg.scheduler_name:
-                w.pod_problems[key] = str(e)
+                meta = obj.get("metadata") or {}
+                w.pod_problems[f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"] = (
+                    contain.problems[label("Pod", obj)]
+                )
+            else:  # not ours: nobody to tell, and it still runs where it runs
+                contain.problems.pop(label("Pod", obj), None)
             continue
         if p.ours and not p.deleting:
             ours.append(p)
@@ -107,12 +167,13 @@ def build_world(
         if not g.problems:
             try:
                 snap.add_workload(workload_of(g, queue))
-            except SpecError as e:
-                g.problems.append(str(e))
+            except Exception as e:
+                g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
         if g.problems:
             w.blocked[g.name] = g.problems
             foreign += [p for p in g.pods if p.node and p.node in known]
             continue
+        _apply_plans(g, w, contain)
         for p in g.pods:
             w.pods[p.key] = p
     for p in w.pods.values():
@@ -121,14 +182,14 @@ def build_world(
             continue
         if target not in known:
             if not p.node:
-                w.stale_intents.append(p.key)
+                w.stale_intents.append(p.plan_holder or p.key)
             continue
         placed = _rebuild(snap, p, target, now)
         if placed is None:
             if p.node:
                 foreign.append(p)  # runs there whatever we think; count it
             else:
-                w.stale_intents.append(p.key)
+                w.stale_intents.append(p.plan_holder or p.key)
         elif not p.node:
             w.unfinished.append(placed)
     for p in foreign:
@@ -138,7 +199,39 @@ def build_world(
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
         entry.attained = entry.gpu_milli / MILLI * entry.executed
+    w.stale_intents = sorted(set(w.stale_intents))
+    if len(w.stale_intents) > 0:  # a stale plan: none of its pods may be finished from it
+        stale = set(w.stale_intents)
+        w.unfinished = [b for b in w.unfinished if (w.pods[b.task].plan_holder or b.task) not in stale]
+    queue_labels = {f"Queue {q}": msg for q, msg in queue_problems.items()}
+    w.problems = contain.problems | queue_labels
     return w
+
+
+def _apply_plans(g: Group, w: World, contain: Contain) -> None:
+    """Members of a gang whose plan names them, not bound yet: they carry the plan's assignment."""
+    by_key = {p.key: p for p in g.pods}
+    for holder in g.pods:
+        text = holder.annotations.get(keys.GANG_PLAN)
+        if not text:
+            continue
+        where = f"pod {holder.key}"
+        plan = contain("Pod", {"metadata": holder.meta}, partial(decode_plan, text, where))
+        if plan is None:
+            w.stale_intents.append(holder.key)
+            continue
+        for task, (uid, notes) in plan.items():
+            p = by_key.get(task)
+            if p is None or p.node or (uid and p.uid != uid):
+                continue  # gone, bound already, or a new pod of the same name
+            planned = replace(
+                p,
+                intent=notes[keys.NODE_INTENT],
+                annotations={**p.annotations, **notes},
+                plan_holder=holder.key,
+            )
+            by_key[task] = planned  # a copy: the translation cache keeps the pod as the API has it
+            g.pods[g.pods.index(p)] = planned
 
 
 def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
@@ -152,6 +245,8 @@ def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
             return b
     except (SpecError, AssertionError, ValueError):
         pass
+    if not p.node:
+        return None  # a plan that no longer holds is dropped, never re-chosen behind the core's back
     i = snap.node_index(node)
     mask = np.zeros(len(snap.cluster), dtype=np.bool_)
     mask[i] = True

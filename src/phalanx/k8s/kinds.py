@@ -1,0 +1,73 @@
+"""The API kinds Phalanx reads, where they live, and which of them a cluster may lack.
+
+A kind is keyed the way the store and the rest of the adapter name it: `pods`, `nodes`, or
+`group/version/plural`. Core kinds are always served; every other kind is optional and is
+watched only while API discovery says the server serves it (a CRD may be installed later,
+or removed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phalanx.k8s import keys
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str = ""  # the object's `kind`, for Events and messages
+    optional: bool = True
+
+    @property
+    def key(self) -> str:
+        return self.plural if not self.group else f"{self.group}/{self.version}/{self.plural}"
+
+    @property
+    def api_version(self) -> str:
+        return self.version if not self.group else f"{self.group}/{self.version}"
+
+    @property
+    def prefix(self) -> str:
+        return "/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        p = self.prefix
+        if self.namespaced and namespace:
+            p += f"/namespaces/{namespace}"
+        p += f"/{self.plural}"
+        if name:
+            p += f"/{name}"
+        if sub:
+            p += f"/{sub}"
+        return p
+
+
+PODS = Kind("", "v1", "pods", True, "Pod", optional=False)
+NODES = Kind("", "v1", "nodes", False, "Node", optional=False)
+EVENTS = Kind("", "v1", "events", True, "Event", optional=False)
+NAMESPACES = Kind("", "v1", "namespaces", False, "Namespace", optional=False)
+LEASES = Kind("coordination.k8s.io", "v1", "leases", True, "Lease", optional=False)
+
+POD_GROUPS = tuple(Kind(g, v, p, True, "PodGroup") for g, v, p in keys.POD_GROUP_KINDS)
+QUEUES = tuple(Kind(g, v, p, False, "Queue") for g, v, p in keys.QUEUE_KINDS)
+OUR_POD_GROUPS = POD_GROUPS[0]
+OUR_QUEUES = QUEUES[0]
+
+# what the scheduler watches, in the order informers start
+WATCHED: tuple[Kind, ...] = (NODES, PODS, *POD_GROUPS, *QUEUES)
+BY_KEY: dict[str, Kind] = {k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES)}
+
+
+def of(key: str) -> Kind:
+    try:
+        return BY_KEY[key]
+    except KeyError:
+        raise ValueError(f"unknown kind {key!r}") from None
+
+
+def keys_of(kinds: tuple[Kind, ...]) -> tuple[str, ...]:
+    return tuple(k.key for k in kinds)
