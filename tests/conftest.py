@@ -5,3 +5,36 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 # rich sizes tables to the terminal; tests that read CLI output must not depend on who runs them
 os.environ["COLUMNS"] = "160"
+
+
+import pytest
+
+from phalanx.k8s.localcluster import ControlPlane, Unavailable
+
+
+@pytest.fixture(scope="session")
+def control_plane():
+    """A real Kubernetes control plane for the session (e2e tests), or a skip that says why not."""
+    try:
+        # ConfigMaps without a watch cache: the 410 Gone test needs watches served from etcd
+        cp = ControlPlane(apiserver_args=("--watch-cache-sizes=configmaps#0",)).start()
+    except Unavailable as e:
+        pytest.skip(f"no Kubernetes control plane: {e}")
+    from e2e_kube import ROOT, Kube
+
+    k = Kube(cp)
+    k.install_crds(sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
+    k.close()
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture
+def kube(control_plane):
+    """An admin connection to a clean cluster: no nodes, pods, queues or pod groups left from other tests."""
+    from e2e_kube import Kube
+
+    k = Kube(control_plane)
+    k.cleanup()
+    yield k
+    k.close()

@@ -60,6 +60,9 @@ def scheduler(
         bool,
         typer.Option(help="Elect a leader through a Lease; --no-leader-elect for a single replica."),
     ] = True,
+    lease_duration: Annotated[
+        int, typer.Option(help="Seconds without a renewal after which another replica takes over.")
+    ] = 15,
     cycle_seconds: Annotated[float, typer.Option(help="Seconds between cycles (sooner on changes).")] = 1.0,
     port: Annotated[
         int, typer.Option(help="Port of /metrics, /healthz and /readyz (0: any free port).")
@@ -75,6 +78,8 @@ def scheduler(
     with user_errors():
         if cycle_seconds <= 0:
             raise SpecError("--cycle-seconds", f"must be > 0, got {cycle_seconds}")
+        if lease_duration < 1:
+            raise SpecError("--lease-duration", f"must be >= 1 second, got {lease_duration}")
         if bind_workers < 1:
             raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
         cfg = AdapterConfig(
@@ -83,6 +88,7 @@ def scheduler(
             levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
             lease_namespace=lease_namespace,
             leader_elect=leader_elect,
+            lease_seconds=lease_duration,
             cycle_seconds=cycle_seconds,
             bind_workers=bind_workers,
         )

@@ -25,6 +25,7 @@ class AdapterConfig:
     default_queue: str = "default"
     lease_namespace: str = "phalanx-system"  # for the leader-election Lease
     leader_elect: bool = True
+    lease_seconds: int = 15  # a replica takes over after this long without a renewal
     cycle_seconds: float = 1.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
     bind_workers: int = 32  # concurrent binds (each gang is bound by one worker)

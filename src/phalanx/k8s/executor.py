@@ -121,8 +121,10 @@ class Executor:
         parts = list(self.pool.map(self._evict_one, [(ev.task, ev.reason) for ev in result.evictions]))
         for p in parts:
             out.merge(p)
-        # capacity a refused eviction (e.g. a PodDisruptionBudget) did not free must not be used
-        held = {ev.node for ev in result.evictions if ev.task in out.not_evicted}
+        # an evicted pod frees its devices only once it is gone (a graceful deletion waits for its
+        # kubelet), and a refused eviction (a PodDisruptionBudget) frees nothing: binds onto those
+        # nodes wait for a later cycle, which sees the victims terminating or gone
+        held = {ev.node for ev in result.evictions}
         gangs: dict[str, list[Bind]] = {}
         for b in result.binds:
             gangs.setdefault(b.workload, []).append(b)

@@ -1,6 +1,7 @@
 """Leader election on a coordination.k8s.io/v1 Lease, so two replicas never both bind.
 
-The holder renews `renewTime` every cycle; another replica takes the lease only after
+The holder renews `renewTime` from its own thread (a third of the lease duration apart, so
+a long cycle never lets the lease lapse); another replica takes the lease only after
 `leaseDurationSeconds` without a renewal. Writes carry the lease's resourceVersion, so of
 two replicas racing for an expired lease only one write succeeds (the other gets 409).
 """
@@ -8,6 +9,7 @@ two replicas racing for an expired lease only one write succeeds (the other gets
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,14 +21,14 @@ log = logging.getLogger("phalanx.k8s")
 
 
 class LeaseNamespaceMissing(Exception):
-    """The Lease's namespace does not exist and we may not create it: a configuration error."""
+    """The Lease cannot be used at all (namespace missing, or RBAC denies it): a configuration error."""
 
-    def __init__(self, namespace: str, why: str) -> None:
+    def __init__(self, namespace: str, problem: str) -> None:
         self.namespace = namespace
         super().__init__(
-            f"the leader-election namespace {namespace!r} does not exist and could not be created ({why}). "
-            f"Create it (kubectl create namespace {namespace}), pass --lease-namespace with an existing "
-            "namespace, or run a single replica with --no-leader-elect"
+            f"{problem}. Create it (kubectl create namespace {namespace}) with the Role of deploy/rbac.yaml, "
+            "pass --lease-namespace with a namespace where this user may manage Leases, or run a single "
+            "replica with --no-leader-elect"
         )
 
 
@@ -60,6 +62,26 @@ class LeaderElector:
         self.duration_s = duration_s
         self.clock = clock
         self.leading = False
+        self.fatal: LeaseNamespaceMissing | None = None
+        self.changed = threading.Event()  # set when leadership is won or lost
+
+    def run(self, stop: threading.Event) -> None:
+        """Renew or try to acquire until `stop`; a fatal configuration error stops everything."""
+        while not stop.is_set():
+            try:
+                self.try_lead()
+            except LeaseNamespaceMissing as e:
+                self.fatal = e
+                self._set(False)
+                stop.set()
+                return
+            stop.wait(self.duration_s / 3 if self.leading else 1.0)
+        self._set(False)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        t = threading.Thread(target=self.run, args=(stop,), name="leader-election", daemon=True)
+        t.start()
+        return t
 
     def _spec(self, now: float, acquired: float, transitions: int) -> dict[str, Any]:
         return {
@@ -71,29 +93,43 @@ class LeaderElector:
         }
 
     def prepare(self) -> None:
-        """Make sure the Lease can be written: create its namespace if it is missing and RBAC allows.
+        """Make sure the Lease can be used: create its namespace if missing and RBAC allows.
 
-        Raises LeaseNamespaceMissing when it is missing and cannot be created. A service
-        account that may not read namespaces skips the check (in a cluster, our own namespace
-        exists); API trouble is left to `try_lead`, which retries every cycle.
+        Raises LeaseNamespaceMissing when the namespace is missing and cannot be created, or
+        when RBAC denies the Lease (then the namespace may be missing too: a user who may not
+        read namespaces cannot tell). Other API trouble is left to `try_lead`, which retries.
         """
+        ns = self.namespace
         try:
-            if self.api.get_namespace(self.namespace) is not None:
-                return
+            if self.api.get_namespace(ns) is None:
+                try:
+                    self.api.create_namespace(ns)
+                    log.info("created the leader-election namespace %r", ns)
+                except Conflict:
+                    pass  # created meanwhile
+                except ApiError as e:
+                    raise LeaseNamespaceMissing(
+                        ns,
+                        f"the leader-election namespace {ns!r} does not exist and could not be created ({e})",
+                    ) from None
         except Forbidden:
-            return
+            pass  # may not read namespaces: the Lease probe below tells
+        except LeaseNamespaceMissing:
+            raise
         except Exception as e:
-            log.warning("could not check the lease namespace %r: %s", self.namespace, e)
+            log.warning("could not check the lease namespace %r: %s", ns, e)
             return
         try:
-            self.api.create_namespace(self.namespace)
-            log.info("created the leader-election namespace %r", self.namespace)
-        except Conflict:
-            pass  # created meanwhile
-        except ApiError as e:
+            self.api.get_lease(ns, self.name)
+        except Forbidden as e:
             raise LeaseNamespaceMissing(
-                self.namespace, f"{e.code} {e.reason or ''}: {e.message}".strip()
+                ns,
+                f"this user may not use the Lease {self.name!r} in the leader-election namespace {ns!r} "
+                f"({e}); the namespace may not exist, or RBAC does not grant get, create and update on "
+                "leases there",
             ) from None
+        except Exception as e:
+            log.warning("could not read the lease %s/%s: %s", ns, self.name, e)
 
     def try_lead(self) -> bool:
         """Acquire or renew the lease; True while we hold it."""
@@ -134,5 +170,6 @@ class LeaderElector:
     def _set(self, leading: bool) -> bool:
         if leading != self.leading:
             log.info("%s leadership (%s)", "acquired" if leading else "lost", self.identity)
+            self.changed.set()
         self.leading = leading
         return leading

@@ -66,7 +66,9 @@ class Scheduler:
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
         self.explainer = Explainer(api)
-        self.elector = LeaderElector(api, cfg.lease_namespace, identity, clock=clock)
+        self.elector = LeaderElector(
+            api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
+        )
         self.metrics = Metrics()
         self.rng = np.random.default_rng(seed)
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
@@ -74,7 +76,7 @@ class Scheduler:
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
         self.assumed: dict[str, tuple[Bind, float]] = {}
-        self.gone: dict[str, float] = {}  # evicted pods, until the watch deletes them
+        self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
         self.assume_ttl = 60.0
 
     # ------------------------------------------------------------------ lifecycle
@@ -106,8 +108,9 @@ class Scheduler:
         """
         if self.cfg.leader_elect:
             self.elector.prepare()
+            self.elector.start(self.stop_event)
         while not self.stop_event.is_set():
-            leading = self.elector.try_lead() if self.cfg.leader_elect else True
+            leading = self.elector.leading if self.cfg.leader_elect else True
             self.metrics.leader.set(1 if leading else 0)
             if leading and self.ready():
                 try:
@@ -116,6 +119,8 @@ class Scheduler:
                     log.exception("cycle failed")
             self.store.changed.wait(self.cfg.cycle_seconds)
             self.store.changed.clear()
+        if self.elector.fatal is not None:
+            raise self.elector.fatal
 
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepReport:
@@ -158,7 +163,17 @@ class Scheduler:
             if label(kind, o) in world.problems
         }
         self.explainer.write(world, result, pod_objects, ours, left_out)
-        self._metrics(world, result, out, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        self._metrics(world, result, out, seconds)
+        if out.bound or out.evicted or out.broken:
+            log.info(
+                "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s)",
+                len(out.bound),
+                len(out.evicted),
+                len(out.broken),
+                len(result.pending) + len(world.blocked),
+                seconds,
+            )
         return StepReport(world, result, out)
 
     def _assume(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
@@ -170,9 +185,14 @@ class Scheduler:
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             seen.add(key)
             if key in self.gone:
-                if now - self.gone[key] < self.assume_ttl:
-                    continue
-                del self.gone[key]
+                if now - self.gone[key] >= self.assume_ttl:
+                    del self.gone[key]
+                elif not (p.get("metadata") or {}).get("deletionTimestamp"):
+                    # evicted, the watch does not show it yet: it still holds its devices until it is
+                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating
+                    p = copy.deepcopy(p)
+                    p[ASSUMED] = True
+                    p.setdefault("metadata", {})["deletionTimestamp"] = "evicted"
             hit = self.assumed.get(key)
             if hit is not None:
                 if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.assume_ttl:
