@@ -155,3 +155,39 @@ def _table(console: Console, title: str, rows: list[dict[str, object]]) -> None:
     for r in rows:
         t.add_row(*[f"{v:g}" if isinstance(v, float) else str(v) for v in r.values()])
     console.print(t)
+
+
+def demo() -> None:
+    """kube-scheduler and Phalanx side by side on one real API server (needs PHALANX_K8S_ASSETS)."""
+    from phalanx.k8s import demo as d
+    from phalanx.k8s.localcluster import Unavailable
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    console = Console()
+    with user_errors():
+        console.print(
+            "Starting a real Kubernetes control plane; each scheduler gets "
+            f"{d.NODES} nodes x {d.GPUS_PER_NODE} GPUs,\n"
+            f"two training gangs of {d.GANG_SIZE} pods x {d.GANG_GPUS} GPUs "
+            f"({2 * d.GANG_SIZE * d.GANG_GPUS} GPUs asked, {d.NODES * d.GPUS_PER_NODE} there; "
+            "pods created interleaved)\n"
+            f"and {d.INFER} inference pods at {d.SHARE:g} GPU each (KAI's gpu-fraction annotation).",
+            highlight=False,
+        )
+        try:
+            reports = d.run()
+        except Unavailable as e:
+            raise SpecError("PHALANX_K8S_ASSETS", str(e)) from None
+    for r in reports:
+        t = Table(title=r.scheduler, title_justify="left")
+        for col in ("workload", "pods bound", "GPUs held", "state"):
+            t.add_column(col)
+        for row in r.rows:
+            t.add_row(row.name, f"{row.bound}/{row.pods}", f"{row.gpus_held:g}", row.state)
+        console.print(t)
+    for r in reports:
+        console.print(
+            f"{r.scheduler}: {r.stuck_gpus:g} GPUs held by gangs that cannot start, "
+            f"{r.overpromised:g} GPUs promised twice, {r.idle_gpus:g} GPUs idle.",
+            highlight=False,
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from phalanx.cli.bench import bench_app
-from phalanx.cli.kube import scheduler, status
+from phalanx.cli.kube import demo, scheduler, status
 from phalanx.cli.schedule import schedule
 from phalanx.cli.simulate import simulate
 
@@ -17,6 +17,7 @@ app.command("simulate")(simulate)
 app.add_typer(bench_app, name="bench")
 app.command("scheduler")(scheduler)
 app.command("status")(status)
+app.command("demo")(demo)
 
 
 @app.callback()

@@ -15,7 +15,6 @@ from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, Node
 from phalanx.profiles import load_profile
-from phalanx.report.render import render
 from phalanx.sim.bench import parse_seeds, workload_name
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.inputs import default_cluster, detect_format, load_cluster, load_jobs
@@ -196,6 +195,8 @@ def simulate(
                 e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
             for r in rep_exps:
                 r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        from phalanx.report.render import render  # matplotlib: loaded only by the commands that plot
+
         index = render(out, fgd_exps, rep_exps, "Phalanx simulation", notes)
     _print(fgd_exps, rep_exps)
     typer.echo(f"report: {index}")

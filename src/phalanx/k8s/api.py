@@ -20,6 +20,7 @@ from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
 
 from phalanx.k8s.kinds import BY_KEY, EVENTS, LEASES, NAMESPACES, PODS, Kind, of
+from phalanx.k8s.transport import DirectTransport, HttpxTransport, Transport
 
 log = logging.getLogger("phalanx.k8s")
 _decode = msgspec.json.decode
@@ -81,8 +82,8 @@ def _kind(kind: str | Kind) -> Kind:
 
 
 class Api:
-    def __init__(self, client: httpx.Client, watch_client: httpx.Client, field_manager: str = "phalanx"):
-        self.client = client
+    def __init__(self, transport: Transport, watch_client: httpx.Client, field_manager: str = "phalanx"):
+        self.transport = transport
         self.watch_client = watch_client
         self.field_manager = field_manager
         self.calls = 0  # requests sent (for benchmarks and tests)
@@ -94,7 +95,6 @@ class Api:
         in_cluster: bool = False,
         url: str | None = None,
         timeout_s: float = 10.0,
-        connections: int = 64,
     ) -> Api:
         if url:  # a plain URL, no credentials (tests, `kubectl proxy`)
             config = KubeConfig.from_dict(
@@ -114,15 +114,22 @@ class Api:
         single = config.get()
         if single is None:
             raise ValueError("the kubeconfig names no current context")
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         params = ConnectionParams(timeout=httpx.Timeout(timeout_s)).httpx_params(single)
-        client = httpx.Client(**params, limits=limits)
+        transport: Transport
+        if DirectTransport.usable(single):
+            transport = DirectTransport(single, timeout_s)
+        else:
+            transport = HttpxTransport(
+                lambda: httpx.Client(
+                    **params, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4)
+                )
+            )
         wparams = ConnectionParams(timeout=httpx.Timeout(timeout_s, read=None)).httpx_params(single)
         watch_client = httpx.Client(**wparams, limits=httpx.Limits(max_connections=None))
-        return cls(client, watch_client)
+        return cls(transport, watch_client)
 
     def close(self) -> None:
-        self.client.close()
+        self.transport.close()
         self.watch_client.close()
 
     # ------------------------------------------------------------------ plumbing
@@ -139,12 +146,11 @@ class Api:
         if method in ("POST", "PUT", "PATCH"):
             params = {"fieldManager": self.field_manager, **(params or {})}
         self.calls += 1
-        r = self.client.request(
-            method, path, content=content, params=params, headers=headers or (JSON if content else None)
-        )
-        if r.status_code >= 300:
-            raise error_of(r.status_code, r.content)
-        return _decode(r.content) if r.content else None
+        hdrs = {"Accept": "application/json", **(headers or (JSON if content is not None else {}))}
+        status, data = self.transport.send(method, path, params, content, hdrs)
+        if status >= 300:
+            raise error_of(status, data)
+        return _decode(data) if data else None
 
     # ------------------------------------------------------------------ discovery
     def served(self, kinds: tuple[Kind, ...]) -> set[str]:

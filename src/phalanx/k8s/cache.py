@@ -137,6 +137,8 @@ class Informer(threading.Thread):
                 delay = min(delay * 2, 30.0)
 
     def _failed(self, e: Exception, delay: float) -> None:
+        if self.stop.is_set():
+            return  # shutting down: the connection was closed on purpose
         if self.on_error is not None:
             self.on_error(self.kind.key, e)
         log.warning(

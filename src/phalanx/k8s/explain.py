@@ -46,12 +46,20 @@ def describe(p: Pending) -> str:
 
 
 class Writer(threading.Thread):
-    """Writes explanations in the background, in order; drops (and counts) what overflows its queue."""
+    """Writes explanations in the background, in order; drops (and counts) what overflows its queue.
 
-    def __init__(self, capacity: int = 10000) -> None:
+    While binds are under way (`pause()` ... `resume()`) it holds back, so that a burst of
+    thousands of binds does not share the API server with thousands of Events.
+    """
+
+    def __init__(self, capacity: int = 10000, max_pause_s: float = 30.0) -> None:
         super().__init__(name="explain-writer", daemon=True)
         self.queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue(capacity)
         self.dropped = 0
+        self.failed = 0
+        self.go = threading.Event()
+        self.go.set()
+        self.max_pause_s = max_pause_s
         self.start()
 
     def submit(self, what: str, fn: Callable[[], None]) -> bool:
@@ -62,27 +70,48 @@ class Writer(threading.Thread):
             self.dropped += 1
             return False
 
+    def pause(self) -> None:
+        self.go.clear()
+
+    def resume(self) -> None:
+        self.go.set()
+
     def run(self) -> None:
         while True:
             item = self.queue.get()
             try:
                 if item is None:
                     return
+                self.go.wait(self.max_pause_s)
                 what, fn = item
                 try:
                     fn()
                 except Exception as e:  # explanations must never stop scheduling
-                    log.info("could not write %s: %s", what, e)
+                    self.failed += 1
+                    if self.failed <= 3 or self.failed % 100 == 0:
+                        log.info("could not write %s: %s (%d failed so far)", what, e, self.failed)
             finally:
                 self.queue.task_done()
 
     def flush(self) -> None:
         """Wait until everything submitted so far is written (tests, shutdown)."""
+        self.go.set()
         self.queue.join()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued for up to `timeout` seconds, drop the rest, stop."""
+        self.go.set()
+        deadline = time.monotonic() + timeout
+        while not self.queue.empty() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while True:
+            try:
+                self.queue.get_nowait()
+                self.queue.task_done()
+            except queue.Empty:
+                break
         self.queue.put(None)
-        self.join(timeout=10)
+        self.join(timeout=timeout)
 
 
 class Explainer:

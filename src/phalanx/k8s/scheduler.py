@@ -88,10 +88,11 @@ class Scheduler:
         self.store.changed.set()
 
     def close(self) -> None:
-        """Stop, and let the binds and explanations in flight finish."""
+        """Stop, and let the binds and explanations in flight finish; close the watches."""
         self.stop()
         self.executor.close()
         self.explainer.close()
+        self.api.watch_client.close()
 
     def ready(self) -> bool:
         """Discovery ran and every served kind listed once; kinds the server lacks are not waited for."""
@@ -141,10 +142,14 @@ class Scheduler:
         out = Outcome()
         for task in world.stale_intents:
             self.executor.clear_intent(task)
-        if world.unfinished:
-            self.executor.finish(world.unfinished, uids, out, pod_objects)
         result = run_cycle(world.snapshot, self.profile, now, self.rng)
-        out.merge(self.executor.apply(result, uids, pod_objects))
+        self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
+        try:
+            if world.unfinished:
+                self.executor.finish(world.unfinished, uids, out, pod_objects)
+            out.merge(self.executor.apply(result, uids, pod_objects))
+        finally:
+            self.explainer.writer.resume()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
             self.assumed[task] = (binds[task], now)
