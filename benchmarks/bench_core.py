@@ -72,7 +72,7 @@ def run_one(case: str, profile: str, traces: str, out: mp.Queue) -> None:
     t_build = time.perf_counter() - t0
     prof = load_profile(profile)
     t0 = time.perf_counter()
-    result = run_cycle(snap, prof, 0.0, np.random.default_rng(0))
+    result = run_cycle(snap, prof, 0.0, np.random.default_rng(0), apply=True)
     dt = time.perf_counter() - t0
     tasks = sum(len(e.tasks) for e in snap.workloads.values())
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

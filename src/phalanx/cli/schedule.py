@@ -58,8 +58,7 @@ def schedule(
     pending: list[Pending] = []
     cycles = 0
     for cycles in range(1, MAX_CYCLES + 1):
-        result = run_cycle(snap, prof, float(cycles), rng)
-        snap.apply(result, float(cycles))
+        result = run_cycle(snap, prof, float(cycles), rng, apply=True)
         binds.extend(result.binds)
         pending = result.pending
         if not result.binds and not result.evictions:

@@ -317,6 +317,13 @@ class Session:
         ]
         return out
 
+    def keep(self) -> None:
+        """Keep what was committed (the caller applies the decisions this way); drop what was not."""
+        for st in self._open:
+            if not st._closed:
+                st.discard()
+        self.committed.clear()
+
     def close(self) -> None:
         """Undo everything this cycle did, so the caller's snapshot is unchanged."""
         for st in self._open:

@@ -353,6 +353,10 @@ class Snapshot:
             self.release(ev.task)
         for b in result.binds:
             self.bind_existing(b.task, b.node, self.assignment_of(b), since=now)
+        self.settle(result)
+
+    def settle(self, result: CycleResult) -> None:
+        """The bookkeeping after a cycle whose decisions are in place: who was looked at, who is parked."""
         for b in result.binds:
             self.fresh.discard(b.workload)
         for p in result.pending:

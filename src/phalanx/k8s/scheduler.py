@@ -142,7 +142,8 @@ class Scheduler:
         out = Outcome()
         for task in world.stale_intents:
             self.executor.clear_intent(task)
-        result = run_cycle(world.snapshot, self.profile, now, self.rng)
+        # applied: queue status and metrics show the cycle's outcome
+        result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         try:
             if world.unfinished:
@@ -160,7 +161,6 @@ class Scheduler:
             for q in queues
             if str(q.get("apiVersion", "")).startswith(keys.GROUP)
         }
-        world.snapshot.apply(result, now)  # so that queue status and metrics show the cycle's outcome
         left_out = {
             label(kind, o): o
             for kind, objs in (("Node", self.store.items("nodes")), ("Queue", queues))

@@ -149,8 +149,7 @@ def run_fgd(
     arrived = 0
     for k, (name, pod) in enumerate(seq):
         snap.add_workload(pod.workload(name, creation_time=float(k)))
-        result = run_cycle(snap, profile, float(k), rng)
-        snap.apply(result, float(k))
+        result = run_cycle(snap, profile, float(k), rng, apply=True)
         arrived += pod.gpu_milli_total
         if not result.binds:
             snap.remove_workload(name)

@@ -275,8 +275,7 @@ def replay(
             elif ev.kind is Kind.NODE_RECOVER:
                 snap.set_node_ready(ev.payload, True)
         snap.advance(now, half_life)
-        result = run_cycle(snap, profile, now, rng)
-        snap.apply(result, now)
+        result = run_cycle(snap, profile, now, rng, apply=True)
         out.cycles += 1
         out.evicted_tasks += len(result.evictions)
         for name in {e.workload for e in result.evictions}:

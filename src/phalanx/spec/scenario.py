@@ -86,8 +86,7 @@ def run_scenario(sc: ScenarioRun) -> list[str]:
         if step.run:
             for _ in range(step.run):
                 clock += 1.0
-                sc.last = run_cycle(sc.snapshot, prof, clock, rng)
-                sc.snapshot.apply(sc.last, clock)
+                sc.last = run_cycle(sc.snapshot, prof, clock, rng, apply=True)
                 if not sc.last.binds and not sc.last.evictions:
                     break
         if step.expect:
