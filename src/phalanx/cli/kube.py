@@ -70,7 +70,7 @@ def scheduler(
     identity: Annotated[
         str | None, typer.Option(help="Leader-election identity (default: host name).")
     ] = None,
-    bind_workers: Annotated[int, typer.Option(help="Gangs bound at the same time.")] = 32,
+    bind_workers: Annotated[int, typer.Option(help="Gangs bound at the same time.")] = 48,
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

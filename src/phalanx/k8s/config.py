@@ -28,7 +28,7 @@ class AdapterConfig:
     lease_seconds: int = 15  # a replica takes over after this long without a renewal
     cycle_seconds: float = 1.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
-    bind_workers: int = 32  # concurrent binds (each gang is bound by one worker)
+    bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     extra: dict[str, str] = field(default_factory=dict)
 
 
