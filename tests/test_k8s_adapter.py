@@ -144,7 +144,8 @@ def test_watch_drops_and_410_are_survived(fake):
     report = step(s, fake)
     assert report.outcome.bound == ["default/after-drop"]
     relists = s.store.relists
-    fake.compact()  # history gone: resuming from the old resourceVersion answers 410
+    s.informers.running["pods"].resource_version = "1"  # as if the pods' watch had fallen far behind...
+    fake.compact()  # ...and the history were gone: resuming from that version answers 410
     fake.put(pod("after-410", gpus=1))
     report = step(s, fake)
     assert report.outcome.bound == ["default/after-410"]
