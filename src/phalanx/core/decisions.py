@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from phalanx.core.cluster import MigSlice
+from phalanx.core.dra import ClaimAllocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,7 @@ class Bind:
     gpu_memory_mib: int = 0
     mig: MigSlice | None = None
     nics: tuple[int, ...] = ()
+    claims: tuple[ClaimAllocation, ...] = ()  # DRA claims allocated with it
 
     def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -35,6 +37,11 @@ class Bind:
             d["mig"] = {"profile": self.mig.profile, "start": self.mig.start}
         if self.nics:
             d["nics"] = list(self.nics)
+        if self.claims:
+            d["claims"] = {
+                c.claim: [f"{r.request}={r.driver}/{r.pool}/{r.device}" for r in c.results]
+                for c in self.claims
+            }
         return d
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from phalanx.core import drafit
 from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, ClusterState, IntArray
 from phalanx.core.decisions import Reason
 from phalanx.core.devices import default_assignment, gpu_usable, model_ok
@@ -78,6 +79,8 @@ def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
     if req.node_selector or req.node_affinity or s.has_taints:
         m &= s.static_mask(req)
     g = req.gpu
+    if s.has_dra and g.kind is not GpuKind.NONE:
+        m &= ~s.dra_gpu_nodes
     if g.kind is GpuKind.WHOLE:
         m &= c.gpu_whole_free >= g.devices
     elif g.kind is GpuKind.FRACTION:
@@ -96,12 +99,29 @@ def _node_models_ok(c: ClusterState, models: frozenset[str]) -> BoolArray:
     return np.asarray(np.isin(c.node_model, ids), dtype=np.bool_)
 
 
+def _dra_prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
+    """A task with claims: CPU, memory, labels and taints here; its devices are the allocator's to find."""
+    c = s.cluster
+    m = c.node_ready & (c.cpu_free >= req.cpu_milli) & (c.mem_free >= req.memory_mib)
+    if req.node_selector or req.node_affinity or s.has_taints:
+        m &= s.static_mask(req)
+    return np.asarray(m, dtype=np.bool_)
+
+
 def find_candidates(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> Candidates:
     """All nodes (optionally within `restrict`) where the task fits now.
 
     Whole GPUs and single shares are decided from per-node aggregates when every node's
-    GPUs are of one model; other requests check GPU by GPU.
+    GPUs are of one model; other requests check GPU by GPU. A task with DRA claims is
+    checked by the claim allocator on each node (cached until that node's devices change).
     """
+    if req.claims:
+        m = _dra_prefilter(s, req)
+        if restrict is not None:
+            m &= restrict
+        rows = np.nonzero(m)[0]
+        ok, _ = drafit.feasible(s, req, rows)
+        return Candidates(s.cluster, req, rows[ok])
     m = _prefilter(s, req)
     if restrict is not None:
         m &= restrict
@@ -155,8 +175,15 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
     step(s.static_mask(req) | ~s.selector_mask(req), "tainttoleration", "taint not tolerated")
     step(c.cpu_free >= req.cpu_milli, "resources", "insufficient CPU")
     step(c.mem_free >= req.memory_mib, "resources", "insufficient memory")
+    if req.claims:
+        rows = np.nonzero(alive)[0]
+        _, why = drafit.feasible(s, req, rows)
+        reasons += [Reason("dra", msg, count) for msg, count in sorted(why.items(), key=lambda x: -x[1])]
+        return reasons
     g = req.gpu
     if g.kind is not GpuKind.NONE:
+        if s.has_dra:
+            step(~s.dra_gpu_nodes, "dra", "GPUs published by a DRA driver: ask for them with a ResourceClaim")
         all_rows = np.arange(n)
         if req.gpu_models:
             has_model = model_ok(c, all_rows, req.gpu_models).any(axis=1)
@@ -201,6 +228,9 @@ def node_capacity(s: Snapshot, req: TaskRequest) -> IntArray:
         cap = np.minimum(cap, c.cpu_free // req.cpu_milli)
     if req.memory_mib:
         cap = np.minimum(cap, c.mem_free // req.memory_mib)
+    if req.claims:  # devices are the allocator's: no bound from the GPU arrays
+        ok = c.node_ready & s.static_mask(req)
+        return np.asarray(np.where(ok, cap, 0), dtype=np.int64)
     g = req.gpu
     if g.kind is GpuKind.WHOLE:
         cap = np.minimum(cap, c.gpu_whole_free // g.devices)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from phalanx.core.affinity import NodeSelectorTerm
+from phalanx.core.dra import Claim, CounterSet, DraDevice
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import GEOMETRIES, TOTAL_COMPUTE, TOTAL_SLOTS, resolve_geometry
 
@@ -111,6 +112,9 @@ class Node:
     topology: Mapping[str, str] = field(default_factory=dict)
     datasets: Mapping[str, int] = field(default_factory=dict)
     mig_instances: Mapping[int, tuple[MigInstance, ...]] = field(default_factory=dict)
+    # devices published by DRA drivers for this node (its GPUs and NICs among them, by role)
+    dra: tuple[DraDevice, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -251,6 +255,9 @@ class TaskRequest:
     tolerations: tuple[Toleration, ...] = ()
     dataset: str = ""
     node_affinity: tuple[NodeSelectorTerm, ...] = ()  # required terms, ORed (core.affinity)
+    # DRA ResourceClaims of the pod: the allocator picks their devices; `gpu` and `rdma_nics`
+    # then describe what they amount to (for scoring and quotas), not what is checked
+    claims: tuple[Claim, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0:
@@ -276,7 +283,15 @@ class TaskRequest:
             self.tolerations,
             self.dataset,
             self.node_affinity,
+            claims_shape(self.claims),
         )
+
+
+def claims_shape(claims: tuple[Claim, ...]) -> str:
+    """What the claims ask, without their names: equal for the claims a template stamps out."""
+    if not claims:
+        return ""
+    return repr(tuple((c.requests, c.constraints, c.key if c.shared else "") for c in claims))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from phalanx.core import drafit
 from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import CycleResult, Pending, Reason
 from phalanx.core.devices import default_assignment
+from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.feasibility import explain, find_candidates, node_capacity
 from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
@@ -244,14 +246,20 @@ class Session:
         while alive.any():
             k = self.pick(scores, alive, ctx.candidates.nodes)
             i = int(ctx.candidates.nodes[k])
+            claims: tuple[ClaimAllocation, ...] = ()
             if selector is not None:
                 devices = selector.select(ctx, k)
             else:
                 devices = default_assignment(c, i, ctx.candidates.usable(k), ctx.request)
+            if ctx.request.claims:  # the policy's choice is a preference; the claims decide
+                got = drafit.assign(self.snapshot, i, ctx.request.claims, devices)
+                devices, claims = got if got is not None else (None, ())
             if devices is None:
                 alive[k] = False
                 continue
-            alloc = Allocation(task, i, devices, ctx.request.cpu_milli, ctx.request.memory_mib, self.clock)
+            alloc = Allocation(
+                task, i, devices, ctx.request.cpu_milli, ctx.request.memory_mib, self.clock, claims
+            )
             stmt.allocate(alloc)
             return alloc
         return None

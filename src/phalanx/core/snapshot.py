@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from phalanx.core.affinity import affinity_matches
+from phalanx.core.allocator import DraState, SelectorCache
 from phalanx.core.cluster import KIND_SHARED, BoolArray, ClusterState, DeviceAssignment, IntArray, MigSlice
 from phalanx.core.decisions import Bind, CycleResult, Evict, Pending
+from phalanx.core.dra import ClaimAllocation, CounterSet, DraDevice
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import GEOMETRIES, resolve_geometry
 from phalanx.core.model import GpuKind, Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
@@ -32,6 +34,7 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     since: float = 0.0
+    claims: tuple[ClaimAllocation, ...] = ()  # DRA claims it holds (shared ones counted once)
 
 
 @dataclass(slots=True)
@@ -123,6 +126,8 @@ class Snapshot:
         datasets: Mapping[str, int] | None = None,
         task_types: Sequence[TaskType] | None = None,
         queues: QueueTree | None = None,
+        dra_shared: Sequence[DraDevice] = (),
+        dra_counter_sets: Sequence[CounterSet] = (),
     ) -> None:
         ordered = sorted(nodes, key=lambda x: x.name)
         names = [x.name for x in ordered]
@@ -172,8 +177,35 @@ class Snapshot:
         self.release_epoch = 0
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
+        self._init_dra(dra_shared, dra_counter_sets)
         for w in workloads:
             self.add_workload(w)
+
+    def _init_dra(self, shared: Sequence[DraDevice], counter_sets: Sequence[CounterSet]) -> None:
+        """Devices published by DRA drivers: by id, and the list each node can reach, in order."""
+        self.dra = DraState()
+        self.selector_cache = SelectorCache()
+        # (claims' shape, node) -> (node's DRA version, fits, why not): see core.drafit
+        self.dra_fit: dict[tuple[object, ...], tuple[object, bool, str]] = {}
+        self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
+        self.dra_counter_sets: dict[tuple[str, str, str], CounterSet] = {cs.key: cs for cs in counter_sets}
+        for n in self.nodes:
+            for d in n.dra:
+                self.dra_devices[d.id] = d
+            for cs in n.counter_sets:
+                self.dra_counter_sets[cs.key] = cs
+        for d in shared:
+            self.dra_devices[d.id] = d
+        self.node_dra: list[tuple[DraDevice, ...]] = [
+            tuple(n.dra)
+            + tuple(d for d in shared if d.all_nodes or affinity_matches(n.name, n.labels, d.node_selector))
+            for n in self.nodes
+        ]
+        self.has_dra = any(self.node_dra)
+        # nodes whose GPUs a DRA driver publishes: only claims get them (no device-plugin requests)
+        self.dra_gpu_nodes = np.array(
+            [any(d.role in ("gpu", "mig") for d in devs) for devs in self.node_dra], dtype=np.bool_
+        )
 
     # ----------------------------------------------------------------- queries
     @property
@@ -321,13 +353,23 @@ class Snapshot:
         node: str,
         devices: DeviceAssignment,
         since: float = 0.0,
+        claims: tuple[ClaimAllocation, ...] = (),
     ) -> None:
         """Record a task that already runs (e.g. rebuilt from pod annotations at start-up)."""
         entry, task = self._find_task(task_name)
         i = self.node_index(node)
         self._bind(
-            Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since), entry
+            Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since, claims),
+            entry,
         )
+
+    def hold_devices(self, node: int, devices: DeviceAssignment) -> None:
+        """Devices in use by something this snapshot schedules no task for (another scheduler's claim)."""
+        self.cluster.take(node, 0, 0, devices)
+
+    def reserve_claim(self, alloc: ClaimAllocation) -> None:
+        """A claim allocated (by us or another scheduler) whose pods are not all running here yet."""
+        self.dra.take(alloc, self.dra_devices)
 
     def add_foreign(self, usage: ForeignUsage) -> None:
         """Count capacity used by pods of other schedulers."""
@@ -352,7 +394,7 @@ class Snapshot:
         for ev in result.evictions:
             self.release(ev.task)
         for b in result.binds:
-            self.bind_existing(b.task, b.node, self.assignment_of(b), since=now)
+            self.bind_existing(b.task, b.node, self.assignment_of(b), since=now, claims=b.claims)
         self.settle(result)
 
     def settle(self, result: CycleResult) -> None:
@@ -409,6 +451,7 @@ class Snapshot:
             gpu_memory_mib=d.gpu_memory_mib[0] if d.gpu_memory_mib else 0,
             mig=d.mig,
             nics=tuple(c.nic_index(alloc.node, j) for j in d.nics),
+            claims=alloc.claims,
         )
 
     def evict_of(self, alloc: Allocation, reason: str) -> Evict:
@@ -420,6 +463,8 @@ class Snapshot:
         if alloc.task.name in self.allocations:
             raise SpecError(f"task {alloc.task.name!r}", "is already bound")
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        for c in alloc.claims:
+            self.dra.take(c, self.dra_devices)
         entry.bound[alloc.task.name] = alloc
         entry.gpu_milli += alloc_milli(alloc)
         self.allocations[alloc.task.name] = alloc
@@ -441,6 +486,8 @@ class Snapshot:
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        for c in alloc.claims:
+            self.dra.give(c.claim, self.dra_devices)
         del entry.bound[alloc.task.name]
         entry.gpu_milli -= alloc_milli(alloc)
         del self.allocations[alloc.task.name]

@@ -29,6 +29,8 @@ class AdapterConfig:
     cycle_seconds: float = 1.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
+    # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)
+    dra_nic_drivers: tuple[str, ...] = ("dra.net", "rdma.nvidia.com", "sriovnetwork.k8snetworkplumbingwg.io")
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -57,8 +57,17 @@ QUEUES = tuple(Kind(g, v, p, False, "Queue") for g, v, p in keys.QUEUE_KINDS)
 OUR_POD_GROUPS = POD_GROUPS[0]
 OUR_QUEUES = QUEUES[0]
 
+# Dynamic Resource Allocation (resource.k8s.io/v1): a cluster without it simply has no DRA
+DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass")
+RESOURCE_SLICES = Kind("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice")
+RESOURCE_CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = Kind(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", True, "ResourceClaimTemplate"
+)
+DRA = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
+
 # what the scheduler watches, in the order informers start
-WATCHED: tuple[Kind, ...] = (NODES, PODS, *POD_GROUPS, *QUEUES)
+WATCHED: tuple[Kind, ...] = (NODES, PODS, *POD_GROUPS, *QUEUES, *DRA)
 BY_KEY: dict[str, Kind] = {k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES)}
 
 

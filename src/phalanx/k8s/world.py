@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from phalanx.core import drafit
 from phalanx.core.decisions import Bind
 from phalanx.core.devices import default_assignment
 from phalanx.core.errors import SpecError
@@ -25,9 +26,11 @@ from phalanx.core.model import MILLI, GpuKind, Node
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import ForeignUsage, Snapshot
 from phalanx.k8s import keys
+from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import Contain, describe, label
 from phalanx.k8s.devices import decode, decode_plan
+from phalanx.k8s.dra import Devices, allocation_of, node_devices, parse_claim, parse_slices, pod_claim_names
 from phalanx.k8s.groups import Group, group_pods, workload_of
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
@@ -105,6 +108,15 @@ def _ready(obj: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass
+class DraObjects:
+    """The resource.k8s.io objects a cycle reads (empty on a cluster without DRA)."""
+
+    classes: list[dict[str, Any]] = field(default_factory=list)
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+
 def build_world(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -113,9 +125,13 @@ def build_world(
     cfg: AdapterConfig,
     now: float,
     memo: Translations | None = None,
+    dra: DraObjects | None = None,
 ) -> World:
     memo = memo or Translations()
     contain = Contain()
+    dra = dra or DraObjects()
+    devices = parse_slices(dra.slices, cfg.dra_nic_drivers) if dra.slices else Devices()
+    contain.problems.update(devices.problems)
     parsed: list[Node] = []
     ready: dict[str, bool] = {}
     node_problems: dict[str, str] = {}
@@ -126,16 +142,26 @@ def build_world(
                 label("Node", obj)
             ]
             continue
+        if n.name in devices.by_node:
+            n = _with_dra(n, devices)
         parsed.append(n)
         ready[n.name] = _ready(obj)
     tree, queue_problems = build_tree(queues, cfg.default_queue)
-    snap = Snapshot(parsed, topology_levels=[lv for lv, _ in cfg.levels], queues=tree)
+    local_pools = {(d.driver, d.pool) for devs in devices.by_node.values() for d in devs}
+    snap = Snapshot(
+        parsed,
+        topology_levels=[lv for lv, _ in cfg.levels],
+        queues=tree,
+        dra_shared=devices.shared,
+        dra_counter_sets=[cs for cs in devices.counter_sets if (cs.driver, cs.pool) not in local_pools],
+    )
     w = World(snap, tree, node_problems=node_problems, queue_problems=queue_problems)
     for name, ok in ready.items():
         if not ok:
             snap.set_node_ready(name, False)
     ours: list[PodInfo] = []
     foreign: list[PodInfo] = []
+    pods_by_key = {object_key(o): o for o in pods}
     for obj in pods:
         if not is_active(obj):
             continue
@@ -153,9 +179,13 @@ def build_world(
             ours.append(p)
         elif p.node:
             foreign.append(p)
+    claims = _Claims(dra, snap, contain)
+    claims.reserve({p.uid for p in ours if p.node})
+    ours = [claims.attach(p, pods_by_key.get(p.key, {})) for p in ours] if dra.claims or dra.classes else ours
     known = {n.name for n in parsed}
     for g in group_pods(ours, pod_groups):
         w.groups[g.name] = g
+        g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
         queue = g.queue or cfg.default_queue
         if tree is not None and not tree.is_leaf(queue):
             why = queue_problems.get(queue) or (
@@ -272,3 +302,75 @@ def _foreign(snap: Snapshot, p: PodInfo) -> None:
     cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
     mem = min(p.request.memory_mib, int(c.mem_free[i]))
     snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI))
+
+
+def _with_dra(n: Node, devices: Devices) -> Node:
+    """The node with the devices its DRA drivers publish (its GPUs and NICs made from them)."""
+    devs = devices.by_node[n.name]
+    pools = {(d.driver, d.pool) for d in devs}
+    sets = tuple(cs for cs in devices.counter_sets if (cs.driver, cs.pool) in pools)
+    gpus, nics = node_devices(devs)
+    return replace(
+        n,
+        gpus=gpus if gpus else n.gpus,
+        nics=nics if nics else n.nics,
+        mig_instances={} if gpus else n.mig_instances,
+        dra=tuple(devs),
+        counter_sets=sets,
+    )
+
+
+class _Claims:
+    """Pods' ResourceClaims: allocated ones held in the snapshot, our pods' claims on their requests."""
+
+    def __init__(self, dra: DraObjects, snap: Snapshot, contain: Contain) -> None:
+        self.snap = snap
+        self.contain = contain
+        self.classes = {str((c.get("metadata") or {}).get("name", "")): c for c in dra.classes}
+        self.objects = {
+            f"{(c.get('metadata') or {}).get('namespace')}/{(c.get('metadata') or {}).get('name')}": c
+            for c in dra.claims
+        }
+        self.waiting: dict[str, str] = {}  # pod -> why it waits (claim not made yet, or bad)
+
+    def reserve(self, our_bound: set[str]) -> None:
+        """Allocated claims hold their devices; their GPUs count as used unless one of our bound pods
+        holds them (its annotations already account for them)."""
+        for obj in self.objects.values():
+            alloc = self.contain("ResourceClaim", obj, partial(allocation_of, obj))
+            if alloc is None:
+                continue
+            self.snap.reserve_claim(alloc)
+            users = {str(r.get("uid", "")) for r in (obj.get("status") or {}).get("reservedFor") or []}
+            if users & our_bound or not alloc.node or alloc.node not in self.snap.cluster.index:
+                continue
+            i = self.snap.node_index(alloc.node)
+            held = drafit.assignment(self.snap, i, [alloc])
+            if held is not None:
+                self.snap.hold_devices(i, held)
+
+    def attach(self, p: PodInfo, obj: dict[str, Any]) -> PodInfo:
+        names = pod_claim_names(obj)
+        if not names:
+            return p
+        out = []
+        for pod_claim, claim_name, shared in names:
+            if not claim_name:
+                why = f"waiting for the ResourceClaim of {pod_claim!r} to be made from its template"
+                self.waiting[p.key] = f"pod {p.key}: {why}"
+                return p
+            key = f"{p.namespace}/{claim_name}"
+            cobj = self.objects.get(key)
+            if cobj is None:
+                self.waiting[p.key] = f"pod {p.key}: ResourceClaim {key} does not exist (yet)"
+                return p
+            c = self.contain("ResourceClaim", cobj, partial(parse_claim, cobj, self.classes, shared))
+            if c is None:
+                self.waiting[p.key] = self.contain.problems[label("ResourceClaim", cobj)]
+                return p
+            out.append(c)
+        claims = tuple(out)
+        gpu, nics = drafit.footprint(claims, list(self.snap.dra_devices.values()), self.snap.selector_cache)
+        return replace(
+            p, request=replace(p.request, claims=claims, gpu=gpu, rdma_nics=nics, nic_same_pcie=False)
+        )
