@@ -38,6 +38,19 @@ DIALECT_CRDS = {
 }
 
 
+CLUSTER_SCOPED = (
+    "Node",
+    "Namespace",
+    "PriorityClass",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "DeviceClass",
+    "ResourceSlice",
+    "Queue",
+)
+
+
 def kind_of(obj: dict[str, Any]) -> Kind:
     api = str(obj["apiVersion"])
     group, _, version = api.rpartition("/")
@@ -59,19 +72,12 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         "Deployment": "deployments",
         "Service": "services",
         "ConfigMap": "configmaps",
+        "DeviceClass": "deviceclasses",
+        "ResourceSlice": "resourceslices",
+        "ResourceClaim": "resourceclaims",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
     }[obj["kind"]]
-    namespaced = (
-        obj["kind"]
-        not in (
-            "Node",
-            "Namespace",
-            "PriorityClass",
-            "CustomResourceDefinition",
-            "ClusterRole",
-            "ClusterRoleBinding",
-        )
-        and obj["kind"] != "Queue"
-    )
+    namespaced = obj["kind"] not in CLUSTER_SCOPED
     return Kind(group, version, plural, namespaced, obj["kind"])
 
 

@@ -58,10 +58,12 @@ def test_missing_lease_namespace_is_created_when_rbac_allows(kube: Kube) -> None
     assert f"created the leader-election namespace {ns!r}" in out
 
 
-def _service_account_kubeconfig(kube: Kube) -> str:
-    """The scheduler's own service account with deploy/rbac.yaml: what it may do in a real install."""
+def _service_account_kubeconfig(kube: Kube, without_groups: tuple[str, ...] = ()) -> str:
+    """The scheduler's own service account with deploy/rbac.yaml (less the rules of `without_groups`)."""
     kube.ensure_namespace("phalanx-system")
     for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        if doc.get("kind") == "ClusterRole":
+            doc["rules"] = [r for r in doc["rules"] if not set(r["apiGroups"]) & set(without_groups)]
         kube.apply(doc)
     body = {
         "apiVersion": "authentication.k8s.io/v1",
@@ -119,6 +121,24 @@ def test_the_service_account_of_deploy_rbac_can_schedule(kube: Kube) -> None:
         proc.terminate()
         out = proc.communicate(timeout=20)[0]
     assert "forbidden" not in out.lower(), out
+
+
+def test_a_kind_rbac_denies_does_not_hold_scheduling(kube: Kube) -> None:
+    """An older RBAC without the DRA rules: the DRA kinds are forbidden, plain pods are still placed."""
+    cfg = _service_account_kubeconfig(kube, without_groups=("resource.k8s.io",))
+    kube.api.create("nodes", node("n0"))
+    kube.create(pod("plain", gpus=1))
+    proc = phalanx(
+        "scheduler", "--kubeconfig", cfg, "--lease-namespace", "phalanx-system", "--port", "0",
+        "--cycle-seconds", "0.2", env=_env(),
+    )  # fmt: skip
+    try:
+        wait_for("the pod bound", lambda: kube.node_of("plain") == "n0", timeout=30)
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=20)[0]
+        _service_account_kubeconfig(kube)  # put the full rules back for the other tests
+    assert "resourceclaims failed (Forbidden" in out, out
 
 
 def test_no_leader_election_needs_no_namespace(kube: Kube) -> None:

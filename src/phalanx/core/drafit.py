@@ -164,6 +164,8 @@ def footprint(
             _, req = r.options()[0]
             match = None
             for d in devices:
+                if req.capacity and not d.multi:
+                    continue  # asking for capacity: what it amounts to is a share of a shared device
                 try:
                     if all(cache.matches(e, d, f"claim {c.key}") for e in req.selectors):
                         match = d

@@ -283,6 +283,7 @@ class TaskRequest:
             self.tolerations,
             self.dataset,
             self.node_affinity,
+            tuple(c.key for c in self.claims),  # pods with different claims are never alike
             claims_shape(self.claims),
         )
 

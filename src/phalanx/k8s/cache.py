@@ -130,7 +130,9 @@ class Informer(threading.Thread):
                     return
                 self._failed(NotFound(404, "NotFound", f"{key} not found"), delay)
                 delay = min(delay * 2, 30.0)
-            except Forbidden as e:  # RBAC: nothing to do but say so and look again later
+            except Forbidden as e:  # RBAC: say so, look again later; an optional kind never holds scheduling
+                if self.kind.optional and not self.store.is_synced((key,)):
+                    self.store.replace(key, [])
                 self._failed(e, 30.0)
             except Exception as e:  # a dropped connection, a 5xx, a timeout: resume after a pause
                 self._failed(e, delay)

@@ -16,6 +16,7 @@ order), which is what lets the API server, not our round trips, set the pace.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,9 +25,12 @@ from functools import partial
 from typing import Any, TypeVar
 
 from phalanx.core.decisions import Bind, CycleResult
+from phalanx.core.dra import ClaimAllocation, DraDevice
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api, ApiError, Conflict, NotFound
 from phalanx.k8s.devices import ALL, binding_notes, encode_plan, stale_keys
+from phalanx.k8s.dra import allocation_of, status_of
+from phalanx.k8s.kinds import RESOURCE_CLAIMS
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
@@ -71,6 +75,9 @@ class Executor:
         self.backoff = backoff
         self.sleep = sleep
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
+        self.claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name (set each cycle)
+        self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
+        self.claims_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -204,6 +211,14 @@ class Executor:
             except (ApiError, Retry) as e:
                 out.broken[workload] = f"could not record the gang's plan on {binds[0].task}: {e}"
                 return
+        claimed = [b for b in binds if b.claims]
+        if claimed:
+            why = self._write_claims(claimed, uids)
+            if why:
+                out.broken[workload] = why
+                if write_intent and len(binds) > 1:
+                    self.clear_intent(binds[0].task)
+                return
         done: list[Bind] = []
         for b in binds:
             state = self._bind_one(b, uids.get(b.task, ""), pods.get(b.task))
@@ -215,6 +230,84 @@ class Executor:
             else:
                 self._undo(workload, done, binds, state, out)
                 return
+
+    # ------------------------------------------------------------------ DRA claims
+    def _write_claims(self, binds: list[Bind], uids: dict[str, str]) -> str:
+        """Allocate the gang's claims (status.allocation, reservedFor) before any of its pods is bound.
+
+        Each write carries the claim's resourceVersion: a claim someone else allocated meanwhile
+        answers 409 and is never allocated twice. On failure what this gang wrote is undone.
+        """
+        written: list[tuple[str, bool, str]] = []  # (claim, fresh, pod uid)
+        for b in binds:
+            uid = uids.get(b.task, "")
+            for ca in b.claims:
+                try:
+                    fresh = self._claim_one(ca, b, uid)
+                except (ApiError, Retry, ValueError) as e:
+                    self._unclaim(written)
+                    return f"could not allocate ResourceClaim {ca.claim}: {e}"
+                written.append((ca.claim, fresh, uid))
+        return ""
+
+    def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str) -> bool:
+        """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
+        ns, name = split(ca.claim)
+        _, pod = split(b.task)
+        for attempt in range(2):
+            with self.claims_lock:
+                obj = self.claims.get(ca.claim)
+            if obj is None or attempt:
+                obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))
+                if obj is None:
+                    raise ValueError("it is gone")
+            status = obj.get("status") or {}
+            reserved = list(status.get("reservedFor") or [])
+            me = {"resource": "pods", "name": pod, "uid": uid}
+            if any(r.get("uid") == uid for r in reserved):
+                return False
+            body: dict[str, Any] = {"reservedFor": [*reserved, me]}
+            current = allocation_of(obj)
+            fresh = current is None
+            if current is None:
+                body["allocation"] = status_of(ca, self.dra_devices, b.node)
+            elif {r.id for r in current.results} != {r.id for r in ca.results}:
+                raise ValueError("it was allocated other devices meanwhile")
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            write = partial(
+                self.api.patch,
+                RESOURCE_CLAIMS,
+                name,
+                ns,
+                {"metadata": {"resourceVersion": rv}, "status": body},
+                "status",
+            )
+            try:
+                new = self._retry(write)
+            except Conflict:
+                continue  # changed under us: read it again and decide again
+            with self.claims_lock:
+                self.claims[ca.claim] = new
+            return fresh
+        raise ValueError("it kept changing under us")
+
+    def _unclaim(self, written: list[tuple[str, bool, str]]) -> None:
+        for claim, fresh, uid in reversed(written):
+            ns, name = split(claim)
+            try:
+                obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))
+                if obj is None:
+                    continue
+                status = obj.get("status") or {}
+                reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
+                body: dict[str, Any] = {"reservedFor": reserved or None}
+                if fresh and not reserved:
+                    body["allocation"] = None
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                patch = {"metadata": {"resourceVersion": rv}, "status": body}
+                self._retry(partial(self.api.patch, RESOURCE_CLAIMS, name, ns, patch, "status"))
+            except (ApiError, Retry) as e:
+                log.warning("could not undo the allocation of ResourceClaim %s: %s", claim, e)
 
     def _bind_one(self, b: Bind, uid: str, pod: dict[str, Any] | None) -> str:
         """'bound', 'later' (API trouble: the plan stays, the next cycle retries), or why it broke."""

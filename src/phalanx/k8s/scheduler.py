@@ -24,16 +24,24 @@ from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.profile import Profile
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api
-from phalanx.k8s.cache import Informers, Store
+from phalanx.k8s.cache import Informers, Store, object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import label
 from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
-from phalanx.k8s.kinds import POD_GROUPS, QUEUES, WATCHED, keys_of
+from phalanx.k8s.kinds import (
+    DEVICE_CLASSES,
+    POD_GROUPS,
+    QUEUES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    WATCHED,
+    keys_of,
+)
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
-from phalanx.k8s.world import ASSUMED, Translations, World, build_world
+from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
 
 log = logging.getLogger("phalanx.k8s")
 POD_GROUP_KINDS = keys_of(POD_GROUPS)
@@ -130,7 +138,14 @@ class Scheduler:
         pods = self._assume(self.store.items("pods"), now)
         groups = [o for k in POD_GROUP_KINDS for o in self.store.items(k)]
         queues = [o for k in QUEUE_KINDS for o in self.store.items(k)]
-        world = build_world(self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations)
+        dra = DraObjects(
+            self.store.items(DEVICE_CLASSES.key),
+            self.store.items(RESOURCE_SLICES.key),
+            self.store.items(RESOURCE_CLAIMS.key),
+        )
+        world = build_world(
+            self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra
+        )
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
@@ -145,6 +160,8 @@ class Scheduler:
         # applied: queue status and metrics show the cycle's outcome
         result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
+        self.executor.claims = {object_key(c): c for c in dra.claims}
+        self.executor.dra_devices = world.snapshot.dra_devices
         try:
             if world.unfinished:
                 self.executor.finish(world.unfinished, uids, out, pod_objects)
