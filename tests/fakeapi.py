@@ -37,6 +37,12 @@ GROUPS: dict[tuple[str, str], dict[str, tuple[bool, str]]] = {
     ("scheduling.run.ai", "v2"): {"queues": (False, "Queue")},
     ("scheduling.volcano.sh", "v1beta1"): {"podgroups": (True, "PodGroup"), "queues": (False, "Queue")},
     ("scheduling.x-k8s.io", "v1alpha1"): {"podgroups": (True, "PodGroup")},
+    ("resource.k8s.io", "v1"): {
+        "deviceclasses": (False, "DeviceClass"),
+        "resourceslices": (False, "ResourceSlice"),
+        "resourceclaims": (True, "ResourceClaim"),
+        "resourceclaimtemplates": (True, "ResourceClaimTemplate"),
+    },
 }
 
 

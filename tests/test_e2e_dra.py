@@ -159,3 +159,60 @@ def test_shares_by_consumable_capacity_and_a_mig_claim(dra: Kube) -> None:
     assert mig["status"]["allocation"]["devices"]["results"][0]["device"].startswith("gpu-0-mig-3g40gb-9-")
     notes = kube.pods()["notebook"]["metadata"]["annotations"]
     assert notes["phalanx.io/mig-slice"].startswith("3g.40gb@")
+
+
+class Crash(BaseException):  # nothing in the scheduler catches it: the process would be gone
+    pass
+
+
+def test_a_restart_after_the_claims_are_written_binds_the_rest_and_allocates_nothing_twice(dra: Kube) -> None:
+    from phalanx.k8s.api import Api
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.scheduler import Scheduler
+    from phalanx.profiles import load_profile
+
+    kube = dra
+    for n in ("a", "b"):
+        kube.api.create("nodes", _bare(n))
+        for s in dgx_slices(n):
+            kube.create(s)
+    kube.create(pairs_template("gpu-nic-pairs"))
+    for k in range(2):
+        member = pod(f"train-{k}", annotations={"phalanx.io/pod-group": "train"})
+        kube.create(with_claim(member, "gpu-nic-pairs"))
+    wait_for("claims made", lambda: len(kube.api.list(RESOURCE_CLAIMS)[0]) == 2, timeout=30)
+    wait_for(
+        "pods know their claims",
+        lambda: all((p.get("status") or {}).get("resourceClaimStatuses") for p in kube.pods().values()),
+    )
+    api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
+    a = Scheduler(api, AdapterConfig(profile="phalanx", leader_elect=False), load_profile("phalanx"))
+    a.start()
+    assert a.wait_synced(10)
+    wait_for("claims in the cache", lambda: len(a.store.items(RESOURCE_CLAIMS.key)) == 2)
+    wait_for("nodes in the cache", lambda: len(a.store.items("nodes")) == 2)
+    wait_for("slices", lambda: len(a.store.items(RESOURCE_SLICES.key)) == 4)
+    real, calls = api.bind, []
+
+    def crash_on_second(ns, name, uid, node_name, notes=None):
+        calls.append(name)
+        if len(calls) == 2:
+            raise Crash("killed between the binds")
+        return real(ns, name, uid, node_name, notes)
+
+    api.bind = crash_on_second  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        a.step()
+    a.stop()
+    claims = {c["metadata"]["name"]: c for c in kube.api.list(RESOURCE_CLAIMS)[0]}
+    assert all(c["status"]["allocation"] for c in claims.values())  # both written before any bind...
+    assert sum(bool(kube.node_of(f"train-{k}")) for k in range(2)) == 1  # ...one pod bound
+    before = {n: c["status"]["allocation"]["devices"]["results"] for n, c in claims.items()}
+    with running(kube):
+        wait_for("the gang finished", lambda: all(kube.node_of(f"train-{k}") for k in range(2)), timeout=30)
+    after = {c["metadata"]["name"]: c for c in kube.api.list(RESOURCE_CLAIMS)[0]}
+    assert {n: c["status"]["allocation"]["devices"]["results"] for n, c in after.items()} == before
+    for c in after.values():  # each claim reserved for its one pod, on the node its devices are on
+        (user,) = c["status"]["reservedFor"]
+        term = c["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
+        assert kube.node_of(user["name"]) == term["matchFields"][0]["values"][0]

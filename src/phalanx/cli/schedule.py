@@ -48,7 +48,7 @@ def schedule(
             (load_yaml(workloads), str(workloads)) if workloads else _example("example-workloads.yaml")
         )
         cluster_def = parse_cluster(cdata, csrc)
-        wls, _ = parse_workloads(wdata, wsrc)
+        wls, _ = parse_workloads(wdata, wsrc, cluster_def.dra_context())
         prof = load_profile(profile)
         snap = cluster_def.snapshot()
         for w in wls:
@@ -98,6 +98,24 @@ def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pe
             ",".join(map(str, b.nics)) or "-",
         )
     console.print(t)
+    claimed = [(b, c) for b in sorted(binds, key=lambda b: b.task) for c in b.claims]
+    if claimed:
+        c_t = Table(title="DRA claims allocated")
+        for col in ("task", "claim", "request", "device", "share"):
+            c_t.add_column(col, overflow="fold")
+        for b, c in claimed:
+            for r in c.results:
+                share = ", ".join(
+                    f"{k.rsplit('/', 1)[-1]} {v // 1000 // 2**20} MiB" for k, v in r.consumed.items()
+                )
+                c_t.add_row(
+                    b.task.split("/", 1)[-1],
+                    c.claim,
+                    r.request,
+                    f"{r.driver}/{r.pool}/{r.device}",
+                    share or "-",
+                )
+        console.print(c_t)
     if pending:
         p = Table(title="Pending")
         p.add_column("workload")

@@ -23,6 +23,9 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from phalanx.core.cel import CelError, compile_selector, context, evaluate
 from phalanx.core.dra import (
     RESULTS_MAX,
@@ -75,17 +78,20 @@ class DraState:
     counters: dict[tuple[str, str, str], dict[str, int]] = field(default_factory=dict)
     claims: dict[str, list[object]] = field(default_factory=dict)  # claim -> [allocation, users]
     # bumped when devices of a node (or devices reachable from many nodes) change hands
-    node_versions: dict[str, int] = field(default_factory=dict)
+    versions: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    node_index: dict[str, int] = field(default_factory=dict)
     shared_version: int = 0
 
-    def version_of(self, node: str) -> int:
-        return self.node_versions.get(node, 0)
+    def set_nodes(self, names: Sequence[str]) -> None:
+        self.node_index = {n: i for i, n in enumerate(names)}
+        self.versions = np.zeros(len(names), dtype=np.int64)
 
     def _touch(self, alloc: ClaimAllocation, devices: Mapping[DeviceId, DraDevice]) -> None:
         for r in alloc.results:
             d = devices.get(r.id)
-            if d is not None and d.node:
-                self.node_versions[d.node] = self.node_versions.get(d.node, 0) + 1
+            i = self.node_index.get(d.node, -1) if d is not None and d.node else -1
+            if i >= 0:
+                self.versions[i] += 1
             else:
                 self.shared_version += 1
 

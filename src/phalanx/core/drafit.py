@@ -9,8 +9,10 @@ and NIC arrays (a published GPU is a `Gpu` of its node), so every other plugin s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from phalanx.core.allocator import Outcome, allocate
 from phalanx.core.cluster import KIND_MIG, BoolArray, DeviceAssignment, IntArray, MigSlice
@@ -40,24 +42,41 @@ def try_node(s: Snapshot, i: int, claims: Sequence[Claim], prefer: Sequence[DraD
         return Outcome(None, str(e))
 
 
+@dataclass
+class _Fit:
+    """For one claims' shape: which nodes can allocate them, as of which of each node's DRA versions."""
+
+    ok: npt.NDArray[np.bool_]
+    stamp: npt.NDArray[np.int64]
+    why: list[str]
+    shared: int
+
+
 def feasible(s: Snapshot, req: TaskRequest, rows: IntArray) -> tuple[BoolArray, dict[str, int]]:
-    """Which of `rows` can allocate the request's claims now, and why the others cannot (message -> nodes)."""
-    ok = np.zeros(len(rows), dtype=np.bool_)
-    why: dict[str, int] = {}
+    """Which of `rows` can allocate the request's claims now, and why the others cannot (message -> nodes).
+
+    The allocator runs again only on nodes whose devices changed hands since it last ran for
+    this shape of claims: after one placement, one node.
+    """
     shape = _shape(req.claims)
-    cache = s.dra_fit
-    for k, i in enumerate(rows):
-        node = s.nodes[int(i)].name
-        stamp = (s.dra.version_of(node), s.dra.shared_version)
-        key = (shape, int(i))
-        hit = cache.get(key)
-        if hit is None or hit[0] != stamp:
-            out = try_node(s, int(i), req.claims)
-            hit = (stamp, out.allocations is not None, out.why)
-            cache[key] = hit
-        ok[k] = hit[1]
-        if not hit[1]:
-            why[hit[2]] = why.get(hit[2], 0) + 1
+    n = len(s.nodes)
+    fit = s.dra_fit.get(shape)
+    if not isinstance(fit, _Fit) or fit.shared != s.dra.shared_version:
+        fit = _Fit(
+            np.zeros(n, dtype=np.bool_), np.full(n, -1, dtype=np.int64), [""] * n, s.dra.shared_version
+        )
+        s.dra_fit[shape] = fit
+    versions = s.dra.versions
+    stale = rows[fit.stamp[rows] != versions[rows]]
+    for i in stale:
+        out = try_node(s, int(i), req.claims)
+        fit.ok[i] = out.allocations is not None
+        fit.why[i] = out.why
+        fit.stamp[i] = versions[i]
+    ok = fit.ok[rows].copy()
+    why: dict[str, int] = {}
+    for i in rows[~ok]:
+        why[fit.why[i]] = why.get(fit.why[i], 0) + 1
     return ok, why
 
 

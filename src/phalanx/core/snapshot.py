@@ -184,9 +184,10 @@ class Snapshot:
     def _init_dra(self, shared: Sequence[DraDevice], counter_sets: Sequence[CounterSet]) -> None:
         """Devices published by DRA drivers: by id, and the list each node can reach, in order."""
         self.dra = DraState()
+        self.dra.set_nodes([n.name for n in self.nodes])
         self.selector_cache = SelectorCache()
-        # (claims' shape, node) -> (node's DRA version, fits, why not): see core.drafit
-        self.dra_fit: dict[tuple[object, ...], tuple[object, bool, str]] = {}
+        # claims' shape -> which nodes can take them, and as of which node versions (core.drafit)
+        self.dra_fit: dict[str, object] = {}
         self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
         self.dra_counter_sets: dict[tuple[str, str, str], CounterSet] = {cs.key: cs for cs in counter_sets}
         for n in self.nodes:

@@ -20,24 +20,8 @@ from phalanx.core.mig import resolve_geometry
 from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
+from phalanx.spec.dra import gpu_model
 from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes, whole_number
-
-_MODELS = (
-    "GB200",
-    "B200",
-    "H200",
-    "H100",
-    "H800",
-    "A100",
-    "A800",
-    "L40S",
-    "L40",
-    "A10G",
-    "A10",
-    "L4",
-    "T4",
-    "V100",
-)
 
 
 class GpuTopo(BaseModel):
@@ -66,15 +50,6 @@ class DeviceTopology(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpus: list[GpuTopo] = Field(default_factory=list)
     nics: list[NicTopo] = Field(default_factory=list)
-
-
-def gpu_model(product: str) -> str:
-    """`NVIDIA-H100-80GB-HBM3` -> `H100`; unknown products are kept as they are."""
-    up = product.upper()
-    for m in _MODELS:
-        if m in up:
-            return m
-    return product or "unknown"
 
 
 def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:

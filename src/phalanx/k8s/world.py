@@ -30,11 +30,12 @@ from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import Contain, describe, label
 from phalanx.k8s.devices import decode, decode_plan
-from phalanx.k8s.dra import Devices, allocation_of, node_devices, parse_claim, parse_slices, pod_claim_names
+from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.groups import Group, group_pods, workload_of
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
 from phalanx.k8s.queues import build_tree
+from phalanx.spec.dra import Devices, node_devices, parse_slices
 
 T = TypeVar("T")
 ASSUMED = "__phalanx_assumed__"  # set on pod copies the scheduler edited (never cached)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,10 @@ from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot
 from phalanx.spec.common import at, load_yaml, validate
+from phalanx.spec.dra import NIC_DRIVERS, Devices, node_devices, parse_slices
 from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes
 from phalanx.spec.queues import QueueSpec, build_queues
+from phalanx.spec.workloads import DraContext
 
 
 class _Strict(BaseModel):
@@ -79,6 +81,8 @@ class NodeBody(_Strict):
     gpus: GpuGroupSpec | list[GpuSpec] | None = None
     nics: NicGroupSpec | list[NicSpec] | None = None
     datasets: dict[str, int | str] = Field(default_factory=dict)
+    # ResourceSlice specs (resource.k8s.io/v1 shape) each node publishes; nodeName and pool are the node's
+    dra_slices: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class NodeSpec(NodeBody):
@@ -100,6 +104,8 @@ class ClusterSpec(_Strict):
     node_groups: list[NodeGroupSpec] = Field(default_factory=list)
     queues: list[QueueSpec] = Field(default_factory=list)
     gpu_weights: dict[str, float] = Field(default_factory=dict)
+    # DeviceClasses (resource.k8s.io/v1 objects, or {name, selectors}) the workloads' claims name
+    device_classes: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,9 +116,23 @@ class ClusterDef:
     levels: list[str]
     datasets: dict[str, int]
     queues: QueueTree | None = None
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dra: Devices = field(default_factory=Devices)
+
+    def dra_context(self) -> DraContext:
+        devices = [d for n in self.nodes for d in n.dra] + list(self.dra.shared)
+        return DraContext(self.device_classes, devices)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.nodes, topology_levels=self.levels, datasets=self.datasets, queues=self.queues)
+        local = {(d.driver, d.pool) for n in self.nodes for d in n.dra}
+        return Snapshot(
+            self.nodes,
+            topology_levels=self.levels,
+            datasets=self.datasets,
+            queues=self.queues,
+            dra_shared=self.dra.shared,
+            dra_counter_sets=[cs for cs in self.dra.counter_sets if (cs.driver, cs.pool) not in local],
+        )
 
 
 def _gpus(
@@ -195,8 +215,10 @@ def _node(name: str, body: NodeBody, topology: dict[str, str], where: str) -> No
 
 def build_cluster(spec: ClusterSpec, source: str = "cluster") -> ClusterDef:
     nodes: list[Node] = []
+    bodies: dict[str, NodeBody] = {}
     for k, n in enumerate(spec.nodes):
         nodes.append(_node(n.name, n, dict(n.topology), f"{source}: nodes[{k}]"))
+        bodies[n.name] = n
     for k, g in enumerate(spec.node_groups):
         where = f"{source}: node_groups[{k}]"
         for level in g.layout:
@@ -212,9 +234,56 @@ def build_cluster(spec: ClusterSpec, source: str = "cluster") -> ClusterDef:
                     raise SpecError(f"{where}.layout.{level}", f"nodes per {level} must be >= 1, got {size}")
                 topo[level] = f"{g.name}-{level}{i // size}"
             nodes.append(_node(f"{g.name}-{i:0{width}d}", g, topo, f"{where}[{i}]"))
+            bodies[nodes[-1].name] = g
     datasets = {k: size_bytes(v, f"{source}: datasets.{k}") for k, v in spec.datasets.items()}
     queues = build_queues(list(spec.queues), spec.gpu_weights, f"{source}: ") if spec.queues else None
-    return ClusterDef(nodes, list(spec.topology_levels), datasets, queues)
+    devices = _dra(nodes, bodies, source)
+    nodes = [_with_dra(n, devices) if n.name in devices.by_node else n for n in nodes]
+    classes = {}
+    for k, c in enumerate(spec.device_classes):
+        name = str((c.get("metadata") or {}).get("name") or c.get("name") or "")
+        if not name:
+            raise SpecError(f"{source}: device_classes[{k}]", "a DeviceClass needs a name")
+        classes[name] = (
+            c
+            if "spec" in c
+            else {"metadata": {"name": name}, "spec": {"selectors": c.get("selectors") or []}}
+        )
+    return ClusterDef(nodes, list(spec.topology_levels), datasets, queues, classes, devices)
+
+
+def _dra(nodes: list[Node], bodies: dict[str, NodeBody], source: str) -> Devices:
+    """Each node's `dra_slices` as ResourceSlices of its own pool (the same translation the adapter uses)."""
+    slices = []
+    for n in nodes:
+        body = bodies.get(n.name)
+        specs = body.dra_slices if body is not None else []
+        per_driver: dict[str, int] = {}
+        for raw in specs:
+            per_driver[str(raw.get("driver", ""))] = per_driver.get(str(raw.get("driver", "")), 0) + 1
+        for k, raw in enumerate(specs):
+            spec = dict(raw)
+            spec.setdefault("nodeName", n.name)
+            count = per_driver[str(raw.get("driver", ""))]
+            spec.setdefault("pool", {"name": n.name, "generation": 1, "resourceSliceCount": count})
+            slices.append({"metadata": {"name": f"{n.name}-{k}"}, "spec": spec})
+    devices = parse_slices(slices, NIC_DRIVERS)
+    if devices.problems:
+        raise SpecError(f"{source}: dra_slices", next(iter(devices.problems.values())))
+    return devices
+
+
+def _with_dra(n: Node, devices: Devices) -> Node:
+    devs = devices.by_node[n.name]
+    pools = {(d.driver, d.pool) for d in devs}
+    gpus, nics = node_devices(devs)
+    return replace(
+        n,
+        gpus=gpus or n.gpus,
+        nics=nics or n.nics,
+        dra=tuple(devs),
+        counter_sets=tuple(cs for cs in devices.counter_sets if (cs.driver, cs.pool) in pools),
+    )
 
 
 def parse_cluster(data: Any, source: str = "cluster") -> ClusterDef:

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from phalanx.core.allocator import SelectorCache
+from phalanx.core.dra import DraDevice
+from phalanx.core.drafit import footprint
 from phalanx.core.errors import SpecError
-from phalanx.core.model import GpuRequest, PodSet, TaskRequest, Toleration, TopologyConstraint, Workload
+from phalanx.core.model import (
+    GpuKind,
+    GpuRequest,
+    PodSet,
+    TaskRequest,
+    Toleration,
+    TopologyConstraint,
+    Workload,
+)
 from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.common import at, load_yaml, validate
+from phalanx.spec.dra import parse_claim_spec
 from phalanx.spec.quantity import cpu_milli, memory_mib
 
 
@@ -23,6 +36,14 @@ class TolerationSpec(_Strict):
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
+
+
+class ClaimYaml(_Strict):
+    """A DRA claim of each task (as a ResourceClaimTemplate's spec), or one shared by the pod set's tasks."""
+
+    name: str
+    shared: bool = False
+    devices: dict[str, Any]
 
 
 class PodSetSpec(_Strict):
@@ -42,6 +63,7 @@ class PodSetSpec(_Strict):
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     dataset: str = ""
     node_affinity: list[dict[str, Any]] | None = None  # Kubernetes nodeSelectorTerms, ORed
+    claims: list[ClaimYaml] = Field(default_factory=list)
 
 
 class TopologySpec(_Strict):
@@ -104,7 +126,7 @@ def models_of(value: list[str] | str | None) -> frozenset[str]:
     return frozenset(x.strip() for x in parts if x.strip())
 
 
-def build_workload(w: WorkloadSpec, where: str) -> Workload:
+def build_workload(w: WorkloadSpec, where: str, dra: DraContext | None = None) -> Workload:
     podsets = []
     for k, p in enumerate(w.podsets):
         pw = f"{where}.podsets[{k}]"
@@ -129,7 +151,14 @@ def build_workload(w: WorkloadSpec, where: str) -> Workload:
                 dataset=p.dataset,
                 node_affinity=affinity,
             )
-            podsets.append(PodSet(p.name, p.count, req))
+            if not p.claims:
+                podsets.append(PodSet(p.name, p.count, req))
+                continue
+        if gpu.kind is not GpuKind.NONE or p.rdma_nics:
+            raise SpecError(
+                pw, "ask for devices one way: claims, or gpu/gpu_fraction/gpu_memory/mig/rdma_nics"
+            )
+        podsets += _claimed(w.name, p, req, pw, dra or DraContext())
     topo = TopologyConstraint(w.topology.level, w.topology.required) if w.topology else None
     with at(where):
         return Workload(
@@ -144,7 +173,9 @@ def build_workload(w: WorkloadSpec, where: str) -> Workload:
         )
 
 
-def parse_workloads(data: Any, source: str = "workloads") -> tuple[list[Workload], dict[str, float]]:
+def parse_workloads(
+    data: Any, source: str = "workloads", dra: DraContext | None = None
+) -> tuple[list[Workload], dict[str, float]]:
     """Workloads and, where given, their durations (used by the simulator)."""
     if isinstance(data, list):
         data = {"workloads": data}
@@ -159,7 +190,7 @@ def parse_workloads(data: Any, source: str = "workloads") -> tuple[list[Workload
         if w.name in seen:
             raise SpecError(f"{where}.name", f"duplicate workload name {w.name!r}")
         seen.add(w.name)
-        out.append(build_workload(w, where))
+        out.append(build_workload(w, where, dra))
         if w.duration is not None:
             if w.duration <= 0:
                 raise SpecError(f"{where}.duration", f"duration must be > 0 seconds, got {w.duration}")
@@ -167,5 +198,33 @@ def parse_workloads(data: Any, source: str = "workloads") -> tuple[list[Workload
     return out, durations
 
 
-def load_workloads(path: str | Path) -> tuple[list[Workload], dict[str, float]]:
-    return parse_workloads(load_yaml(path), str(path))
+def load_workloads(
+    path: str | Path, dra: DraContext | None = None
+) -> tuple[list[Workload], dict[str, float]]:
+    return parse_workloads(load_yaml(path), str(path), dra)
+
+
+@dataclass
+class DraContext:
+    """What claims need from the cluster: the DeviceClasses, and the devices (for what a claim amounts to)."""
+
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    devices: list[DraDevice] = field(default_factory=list)
+    cache: SelectorCache = field(default_factory=SelectorCache)
+
+
+def _claimed(workload: str, p: PodSetSpec, req: TaskRequest, where: str, dra: DraContext) -> list[PodSet]:
+    """One pod set per task (each task has claims of its own), named as the tasks would be anyway."""
+    out = []
+    for i in range(p.count):
+        task = f"{workload}/{p.name}-{i}"
+        claims = []
+        for k, c in enumerate(p.claims):
+            key = f"{workload}/{c.name}" if c.shared else f"{task}-{c.name}"
+            claims.append(
+                parse_claim_spec({"devices": c.devices}, key, dra.classes, c.shared, f"{where}.claims[{k}]")
+            )
+        gpu, nics = footprint(tuple(claims), dra.devices, dra.cache)
+        task_req = replace(req, claims=tuple(claims), gpu=gpu, rdma_nics=nics)
+        out.append(PodSet(f"{p.name}-{i}", 1, task_req, (task,)))
+    return out
