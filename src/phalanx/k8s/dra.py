@@ -36,8 +36,10 @@ def allocation_of(obj: dict[str, Any]) -> ClaimAllocation | None:
             str(r.get("driver", "")),
             str(r.get("pool", "")),
             str(r.get("device", "")),
-            {
-                k: milli(v, f"ResourceClaim {key}: consumedCapacity")
+            {  # named as the devices' capacity is kept: qualified by the driver
+                (k if "/" in k else f"{r.get('driver', '')}/{k}"): milli(
+                    v, f"ResourceClaim {key}: consumedCapacity"
+                )
                 for k, v in (r.get("consumedCapacity") or {}).items()
             },
             str(r.get("shareID") or ""),
@@ -71,9 +73,17 @@ def pod_claim_names(pod: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 def status_of(
-    alloc: ClaimAllocation, devices: dict[tuple[str, str, str], DraDevice], node: str
+    alloc: ClaimAllocation,
+    devices: dict[tuple[str, str, str], DraDevice],
+    node: str,
+    claim: dict[str, Any] | None = None,
+    classes: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The `status.allocation` Kubernetes expects for an allocation made on `node`."""
+    """The `status.allocation` Kubernetes expects for an allocation made on `node`.
+
+    Opaque configuration is copied as kube-scheduler copies it: each used DeviceClass's config
+    (FromClass) once, naming the requests that used the class, then the claim's own (FromClaim).
+    """
     results = []
     for r in alloc.results:
         out: dict[str, Any] = {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
@@ -86,6 +96,9 @@ def status_of(
             out["shareID"] = r.share_id
         results.append(out)
     body: dict[str, Any] = {"devices": {"results": results}}
+    config = _config(alloc, claim or {}, classes or {})
+    if config:
+        body["devices"]["config"] = config
     if alloc.node or any((devices.get(r.id) or DraDevice("x", "x", "x")).node for r in alloc.results):
         body["nodeSelector"] = {
             "nodeSelectorTerms": [
@@ -97,3 +110,31 @@ def status_of(
 
 def _qty(m: int) -> str:
     return str(m // 1000) if m % 1000 == 0 else f"{m}m"
+
+
+def _config(alloc: ClaimAllocation, claim: dict[str, Any], classes: dict[str, dict[str, Any]]) -> list[Any]:
+    spec = ((claim.get("spec") or {}).get("devices")) or {}
+    class_of: dict[str, str] = {}  # request (or request/sub) name -> its device class
+    for r in spec.get("requests") or []:
+        if r.get("exactly"):
+            class_of[str(r.get("name"))] = str(r["exactly"].get("deviceClassName", ""))
+        for sub in r.get("firstAvailable") or []:
+            class_of[f"{r.get('name')}/{sub.get('name')}"] = str(sub.get("deviceClassName", ""))
+    used: dict[str, list[str]] = {}
+    for res in alloc.results:
+        cls = class_of.get(res.request)
+        if cls and res.request not in used.setdefault(cls, []):
+            used[cls].append(res.request)
+    out: list[Any] = []
+    for cls, requests in used.items():
+        for c in ((classes.get(cls) or {}).get("spec") or {}).get("config") or []:
+            out.append(
+                {
+                    "source": "FromClass",
+                    "requests": requests,
+                    **{k: v for k, v in c.items() if k != "requests"},
+                }
+            )
+    for c in spec.get("config") or []:
+        out.append({"source": "FromClaim", **c})
+    return out

@@ -77,6 +77,7 @@ class Executor:
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
         self.claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name (set each cycle)
         self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
+        self.device_classes: dict[str, dict[str, Any]] = {}
         self.claims_lock = threading.Lock()
 
     def close(self) -> None:
@@ -270,7 +271,7 @@ class Executor:
             current = allocation_of(obj)
             fresh = current is None
             if current is None:
-                body["allocation"] = status_of(ca, self.dra_devices, b.node)
+                body["allocation"] = status_of(ca, self.dra_devices, b.node, obj, self.device_classes)
             elif {r.id for r in current.results} != {r.id for r in ca.results}:
                 raise ValueError("it was allocated other devices meanwhile")
             rv = (obj.get("metadata") or {}).get("resourceVersion")
