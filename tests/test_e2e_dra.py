@@ -10,6 +10,7 @@ from dra_kube import (
     dgx_slices,
     gpu_device,
     mig_slices,
+    nic_device,
     pairs_template,
     slice_,
     template,
@@ -216,3 +217,20 @@ def test_a_restart_after_the_claims_are_written_binds_the_rest_and_allocates_not
         (user,) = c["status"]["reservedFor"]
         term = c["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
         assert kube.node_of(user["name"]) == term["matchFields"][0]["values"][0]
+
+
+def test_a_pod_mixing_device_plugin_gpus_and_a_dra_nic(dra: Kube) -> None:
+    """GPUs from the NVIDIA device plugin (nvidia.com/gpu), an RDMA NIC from a DRA driver: both honoured."""
+    kube = dra
+    kube.api.create("nodes", node("mixed", gpus=8))  # classic GPUs, GFD labels
+    kube.create(slice_("mixed-nic", "dra.net", "mixed", [nic_device(k, k) for k in range(4)]))
+    kube.create(template("one-nic", {"name": "nic", "exactly": {"deviceClassName": "dranet"}}))
+    kube.create(with_claim(pod("mix", gpus=2), "one-nic"))
+    with running(kube):
+        wait_for("bound", lambda: kube.node_of("mix") == "mixed", timeout=30)
+    notes = kube.pods()["mix"]["metadata"]["annotations"]
+    assert len(notes["phalanx.io/gpu-devices"].split(",")) == 2
+    (claim,) = _claims_of(kube, "mix")
+    (res,) = claim["status"]["allocation"]["devices"]["results"]
+    assert res["driver"] == "dra.net" and res["device"].startswith("nic-")
+    assert notes["phalanx.io/rdma-nics"] == res["device"].split("-")[1]

@@ -9,7 +9,7 @@ and NIC arrays (a published GPU is a `Gpu` of its node), so every other plugin s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -102,6 +102,22 @@ def assign(
     fresh = [a for a in allocs if s.dra.allocation(a.claim) is None]
     devices = assignment(s, i, fresh)
     return (devices, allocs) if devices is not None else None
+
+
+def merged(
+    got: tuple[DeviceAssignment, tuple[ClaimAllocation, ...]],
+    classic: DeviceAssignment | None,
+    claimed: frozenset[str],
+) -> tuple[DeviceAssignment, tuple[ClaimAllocation, ...]] | None:
+    """The claims' devices plus the GPUs or NICs the pod asks for classically (the policy's choice)."""
+    devices, allocs = got
+    if claimed >= {"gpu", "nic"}:
+        return got
+    if classic is None:
+        return None
+    gpu_side = devices if "gpu" in claimed else classic
+    nics = devices.nics if "nic" in claimed else classic.nics
+    return replace(gpu_side, nics=nics), allocs
 
 
 def assignment(s: Snapshot, i: int, allocs: Sequence[ClaimAllocation]) -> DeviceAssignment | None:

@@ -100,11 +100,17 @@ def _node_models_ok(c: ClusterState, models: frozenset[str]) -> BoolArray:
 
 
 def _dra_prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
-    """A task with claims: CPU, memory, labels and taints here; its devices are the allocator's to find."""
+    """A task with claims: CPU, memory, labels and taints here; the claims' devices are the allocator's
+    to find. GPUs or NICs the pod asks for classically (a device plugin's) are checked as usual."""
     c = s.cluster
     m = c.node_ready & (c.cpu_free >= req.cpu_milli) & (c.mem_free >= req.memory_mib)
     if req.node_selector or req.node_affinity or s.has_taints:
         m &= s.static_mask(req)
+    if "gpu" not in req.claimed and req.gpu.kind is not GpuKind.NONE:
+        m &= _prefilter(s, TaskRequest(gpu=req.gpu, gpu_models=req.gpu_models))
+        m &= gpu_usable(c, np.arange(len(c)), req).sum(axis=1) >= max(req.gpu.devices, 1)
+    if "nic" not in req.claimed and req.rdma_nics:
+        m &= c.nic_free.sum(axis=1) >= req.rdma_nics
     return np.asarray(m, dtype=np.bool_)
 
 

@@ -258,6 +258,8 @@ class TaskRequest:
     # DRA ResourceClaims of the pod: the allocator picks their devices; `gpu` and `rdma_nics`
     # then describe what they amount to (for scoring and quotas), not what is checked
     claims: tuple[Claim, ...] = ()
+    # which of gpu / nic the claims provide; the others (device-plugin GPUs or RDMA NICs) are classic
+    claimed: frozenset[str] = frozenset({"gpu", "nic"})
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0:

@@ -253,6 +253,8 @@ class Session:
                 devices = default_assignment(c, i, ctx.candidates.usable(k), ctx.request)
             if ctx.request.claims:  # the policy's choice is a preference; the claims decide
                 got = drafit.assign(self.snapshot, i, ctx.request.claims, devices)
+                if got is not None:
+                    got = drafit.merged(got, devices, ctx.request.claimed)
                 devices, claims = got if got is not None else (None, ())
             if devices is None:
                 alive[k] = False

@@ -372,6 +372,17 @@ class _Claims:
             out.append(c)
         claims = tuple(out)
         gpu, nics = drafit.footprint(claims, list(self.snap.dra_devices.values()), self.snap.selector_cache)
+        req = p.request
+        classic = {"gpu": req.gpu.kind is not GpuKind.NONE, "nic": req.rdma_nics > 0}
+        claimed = frozenset(r for r, asked in classic.items() if not asked)  # device-plugin asks stay classic
         return replace(
-            p, request=replace(p.request, claims=claims, gpu=gpu, rdma_nics=nics, nic_same_pcie=False)
+            p,
+            request=replace(
+                req,
+                claims=claims,
+                claimed=claimed,
+                gpu=gpu if "gpu" in claimed else req.gpu,
+                rdma_nics=nics if "nic" in claimed else req.rdma_nics,
+                nic_same_pcie=req.nic_same_pcie and "nic" not in claimed,
+            ),
         )
