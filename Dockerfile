@@ -3,7 +3,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install --no-cache-dir . && useradd --uid 65532 --no-create-home phalanx
+RUN pip install --no-cache-dir ".[node]" && useradd --uid 65532 --no-create-home phalanx
 USER 65532
 ENTRYPOINT ["phalanx"]
 CMD ["scheduler", "--in-cluster"]

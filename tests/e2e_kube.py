@@ -48,6 +48,7 @@ CLUSTER_SCOPED = (
     "DeviceClass",
     "ResourceSlice",
     "Queue",
+    "MutatingWebhookConfiguration",
 )
 
 
@@ -76,6 +77,8 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         "ResourceSlice": "resourceslices",
         "ResourceClaim": "resourceclaims",
         "ResourceClaimTemplate": "resourceclaimtemplates",
+        "DaemonSet": "daemonsets",
+        "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     }[obj["kind"]]
     namespaced = obj["kind"] not in CLUSTER_SCOPED
     return Kind(group, version, plural, namespaced, obj["kind"])

@@ -135,7 +135,9 @@ def test_crd_schemas_reject_bad_objects():
 
 
 def test_rbac_grants_what_the_adapter_calls_and_no_more():
-    role = next(d for _, d in docs() if d["kind"] == "ClusterRole")
+    role = next(
+        d for _, d in docs() if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "phalanx-scheduler"
+    )
     grants = {
         (g, r, v)
         for rule in role["rules"]
@@ -152,7 +154,49 @@ def test_rbac_grants_what_the_adapter_calls_and_no_more():
         ("", "events", "create"),
         ("scheduling.phalanx.io", "podgroups/status", "patch"),
         ("scheduling.phalanx.io", "queues/status", "patch"),
+        ("", "configmaps", "create"),
+        ("", "configmaps", "patch"),
     }
     assert needed <= grants
     assert not any(v in ("delete", "deletecollection", "*") for _, _, v in grants)
     assert not any(r == "*" or g == "*" for g, r, _ in grants)
+
+
+def _rules(kind: str, name: str) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    role = next(d for _, d in docs() if d["kind"] == kind and d["metadata"]["name"] == name)
+    return {
+        (g, r, v, tuple(rule.get("resourceNames") or ()))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_gpu_share_rbac_is_confined():
+    """Reservation pods are made and deleted in our namespace only; the webhook touches only its
+    Secret and its own webhook configuration."""
+    assert _rules("Role", "phalanx-gpu-reservations") == {
+        ("", "pods", "create", ()),
+        ("", "pods", "delete", ()),
+    }
+    assert _rules("Role", "phalanx-gpu-reservation") == {("", "pods", "get", ()), ("", "pods", "patch", ())}
+    hook = _rules("ClusterRole", "phalanx-webhook")
+    assert all(names == ("phalanx-gpu-shares",) for *_, names in hook)
+    secret = _rules("Role", "phalanx-webhook")
+    assert all(names == ("phalanx-webhook-tls",) for _, _, verb, names in secret if verb != "create")
+
+
+def test_reservation_pod_is_a_valid_pod():
+    from lightkube.models.core_v1 import Pod
+
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.shares import reservation_pod
+
+    doc = reservation_pod("gpu-node-1", 3, AdapterConfig())
+    assert prune(Pod.from_dict(doc).to_dict()) == prune(doc)
+    assert doc["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    prio = next(d for _, d in docs() if d["kind"] == "PriorityClass")
+    assert doc["spec"]["priorityClassName"] == prio["metadata"]["name"]
+    accounts = {d["metadata"]["name"] for _, d in docs() if d["kind"] == "ServiceAccount"}
+    assert doc["spec"]["serviceAccountName"] in accounts

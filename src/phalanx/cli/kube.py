@@ -71,6 +71,26 @@ def scheduler(
         str | None, typer.Option(help="Leader-election identity (default: host name).")
     ] = None,
     bind_workers: Annotated[int, typer.Option(help="Gangs bound at the same time.")] = 48,
+    gpu_shares: Annotated[
+        str,
+        typer.Option(
+            help="How GPU shares reach containers: 'off' (annotations only) or 'reservation' "
+            "(reservation pods on the stock NVIDIA device plugin; needs `phalanx webhook`)."
+        ),
+    ] = "off",
+    reservation_namespace: Annotated[
+        str, typer.Option(help="Namespace of the GPU reservation pods.")
+    ] = "phalanx-system",
+    reservation_image: Annotated[
+        str, typer.Option(help="Image of the reservation pods (runs `phalanx node reserve`).")
+    ] = "phalanx:0.1.0",
+    share_limit_env: Annotated[
+        bool,
+        typer.Option(
+            "--share-limit-env",
+            help="Also give shares HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT.",
+        ),
+    ] = False,
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -82,6 +102,8 @@ def scheduler(
             raise SpecError("--lease-duration", f"must be >= 1 second, got {lease_duration}")
         if bind_workers < 1:
             raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
+        if gpu_shares not in ("off", "reservation"):
+            raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
@@ -91,6 +113,10 @@ def scheduler(
             lease_seconds=lease_duration,
             cycle_seconds=cycle_seconds,
             bind_workers=bind_workers,
+            gpu_shares=gpu_shares,
+            reservation_namespace=reservation_namespace,
+            reservation_image=reservation_image,
+            share_limit_env=share_limit_env,
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)

@@ -6,8 +6,10 @@ import typer
 
 from phalanx.cli.bench import bench_app
 from phalanx.cli.kube import demo, scheduler, status
+from phalanx.cli.node import node_app
 from phalanx.cli.schedule import schedule
 from phalanx.cli.simulate import simulate
+from phalanx.cli.webhook import webhook
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Phalanx: a scheduler for AI workloads on Kubernetes."
@@ -18,6 +20,8 @@ app.add_typer(bench_app, name="bench")
 app.command("scheduler")(scheduler)
 app.command("status")(status)
 app.command("demo")(demo)
+app.add_typer(node_app, name="node")
+app.command("webhook")(webhook)
 
 
 @app.callback()

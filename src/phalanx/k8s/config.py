@@ -31,6 +31,13 @@ class AdapterConfig:
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)
     dra_nic_drivers: tuple[str, ...] = ("dra.net", "rdma.nvidia.com", "sriovnetwork.k8snetworkplumbingwg.io")
+    # GPU shares on the stock device plugin (phalanx.k8s.shares): "off" or "reservation"
+    gpu_shares: str = "off"
+    reservation_namespace: str = "phalanx-system"
+    reservation_image: str = "phalanx:0.1.0"
+    reservation_priority_class: str = "phalanx-gpu-reservation"
+    reservation_timeout_s: float = 120.0  # a reservation pod without a GPU by then is deleted
+    share_limit_env: bool = False  # also write HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / _SM_LIMIT
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -26,11 +26,12 @@ from typing import Any, TypeVar
 
 from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.dra import ClaimAllocation, DraDevice
-from phalanx.k8s import keys
+from phalanx.k8s import failpoint, keys
 from phalanx.k8s.api import Api, ApiError, Conflict, NotFound
 from phalanx.k8s.devices import ALL, binding_notes, encode_plan, stale_keys
 from phalanx.k8s.dra import allocation_of, status_of
 from phalanx.k8s.kinds import RESOURCE_CLAIMS
+from phalanx.k8s.shares import Shares, is_share
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
@@ -79,6 +80,7 @@ class Executor:
         self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
         self.device_classes: dict[str, dict[str, Any]] = {}
         self.claims_lock = threading.Lock()
+        self.shares: Shares | None = None  # GPU shares through reservation pods (phalanx.k8s.shares)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -204,7 +206,9 @@ class Executor:
         pods: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         pods = pods or {}
-        if write_intent and len(binds) > 1:
+        shared = self.shares is not None and any(is_share(b) for b in binds)
+        planned = len(binds) > 1 or shared  # a share may wait cycles for its GPU: keep the decision
+        if write_intent and planned:
             ns, name = split(binds[0].task)
             notes: dict[str, str | None] = {keys.GANG_PLAN: encode_plan(binds, uids)}
             try:
@@ -212,13 +216,24 @@ class Executor:
             except (ApiError, Retry) as e:
                 out.broken[workload] = f"could not record the gang's plan on {binds[0].task}: {e}"
                 return
+            failpoint.hit("plan-written")
         claimed = [b for b in binds if b.claims]
         if claimed:
             why = self._write_claims(claimed, uids)
             if why:
                 out.broken[workload] = why
-                if write_intent and len(binds) > 1:
+                if write_intent and planned:
                     self.clear_intent(binds[0].task)
+                return
+        if shared and self.shares is not None:
+            why = self.shares.prepare(binds, pods, uids)
+            if why == "later":  # a reservation pod waits for its GPU; the plan keeps the decision
+                out.deferred += [b.task for b in binds]
+                return
+            if why:
+                log.info("gang %s cannot go where it was placed: %s", workload, why)
+                out.broken[workload] = why
+                self.clear_intent(binds[0].task)
                 return
         done: list[Bind] = []
         for b in binds:
@@ -226,10 +241,11 @@ class Executor:
             if state == "bound":
                 done.append(b)
                 out.bound.append(b.task)
+                failpoint.hit("bound")
             elif state == "later":
                 out.deferred.append(b.task)
             else:
-                self._undo(workload, done, binds, state, out)
+                self._undo(workload, done, binds, state, out, planned)
                 return
 
     # ------------------------------------------------------------------ DRA claims
@@ -347,12 +363,14 @@ class Executor:
             return f"pod {b.task} was bound to {node} by someone else"
         return None
 
-    def _undo(self, workload: str, done: list[Bind], binds: list[Bind], why: str, out: Outcome) -> None:
+    def _undo(
+        self, workload: str, done: list[Bind], binds: list[Bind], why: str, out: Outcome, planned: bool
+    ) -> None:
         """The gang cannot complete: evict what we bound, forget what we chose."""
         log.warning("gang %s broke (%s): undoing %d bind(s)", workload, why, len(done))
         out.broken[workload] = why
         for b in done:
             self.evict(b.task, f"gang {workload} could not be completed: {why}", out)
             out.bound.remove(b.task)
-        if len(binds) > 1 and binds[0] not in done:
+        if planned and binds[0] not in done:
             self.clear_intent(binds[0].task)  # the plan: nobody must finish this gang

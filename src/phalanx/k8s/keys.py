@@ -16,6 +16,11 @@ MIG_SLICE = "phalanx.io/mig-slice"  # "3g.40gb@4": profile and start slot on GPU
 RDMA_NICS = "phalanx.io/rdma-nics"  # "0,1": RDMA NIC indices
 NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod (on the Binding; before it, by older versions)
 GANG_PLAN = "phalanx.io/gang-plan"  # on a gang's first pod, before its binds: every member's assignment
+# GPU shares on the stock device plugin (docs/kubernetes.md, "Device-plugin clusters")
+GPU_CONFIGMAP = "phalanx.io/gpu-configmap"  # set at admission: the ConfigMap the share's env comes from
+GPU_RESERVATION = "phalanx.io/gpu-reservation"  # label of reservation pods: "<gpu index>"
+RESERVED_GPU = "phalanx.io/reserved-gpu"  # on a reservation pod, by `phalanx node reserve`: its GPU's UUID
+KAI_FRACTION_CONTAINER = "gpu-fraction-container-name"  # KAI: which container gets the share
 
 # read by Phalanx
 DEVICE_TOPOLOGY = "phalanx.io/device-topology"  # node annotation, JSON (docs/kubernetes.md)

@@ -51,6 +51,15 @@ NODES = Kind("", "v1", "nodes", False, "Node", optional=False)
 EVENTS = Kind("", "v1", "events", True, "Event", optional=False)
 NAMESPACES = Kind("", "v1", "namespaces", False, "Namespace", optional=False)
 LEASES = Kind("coordination.k8s.io", "v1", "leases", True, "Lease", optional=False)
+CONFIG_MAPS = Kind("", "v1", "configmaps", True, "ConfigMap", optional=False)
+SECRETS = Kind("", "v1", "secrets", True, "Secret", optional=False)
+WEBHOOK_CONFIGS = Kind(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    False,
+    "MutatingWebhookConfiguration",
+)
 
 POD_GROUPS = tuple(Kind(g, v, p, True, "PodGroup") for g, v, p in keys.POD_GROUP_KINDS)
 QUEUES = tuple(Kind(g, v, p, False, "Queue") for g, v, p in keys.QUEUE_KINDS)
@@ -68,7 +77,9 @@ DRA = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATE
 
 # what the scheduler watches, in the order informers start
 WATCHED: tuple[Kind, ...] = (NODES, PODS, *POD_GROUPS, *QUEUES, *DRA)
-BY_KEY: dict[str, Kind] = {k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES)}
+BY_KEY: dict[str, Kind] = {
+    k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES, CONFIG_MAPS, SECRETS, WEBHOOK_CONFIGS)
+}
 
 
 def of(key: str) -> Kind:

@@ -27,6 +27,7 @@ from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes, whole_numbe
 class GpuTopo(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     index: int = Field(ge=0)
+    uuid: str = ""  # NVML's, as `phalanx node discover` publishes it
     model: str = ""
     memory_mib: int = Field(0, alias="memoryMiB", ge=0)
     numa: int = Field(0, ge=0)
@@ -39,6 +40,7 @@ class GpuTopo(BaseModel):
 class NicTopo(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     index: int = Field(ge=0)
+    name: str = ""  # its network interface
     numa: int = Field(0, ge=0)
     pcie_switch: int = Field(0, alias="pcieSwitch", ge=0)
     bandwidth_gbps: float = Field(100.0, alias="bandwidthGbps", gt=0)
@@ -50,6 +52,7 @@ class DeviceTopology(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpus: list[GpuTopo] = Field(default_factory=list)
     nics: list[NicTopo] = Field(default_factory=list)
+    note: str = ""  # why it is empty (no GPUs, no NVML), from `phalanx node discover`
 
 
 def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
@@ -108,13 +111,9 @@ def _devices(
     """GPUs, RDMA NICs, and the MIG instances laid out on MIG-enabled GPUs (by GPU index)."""
     where = f"node {name}"
     mig: Mig = {}
-    if keys.DEVICE_TOPOLOGY in notes:
+    topo = _topology(notes, where)
+    if topo is not None and (topo.gpus or not topo.note):
         w = f"{where}: annotation {keys.DEVICE_TOPOLOGY}"
-        try:
-            topo = DeviceTopology.model_validate(_json(notes[keys.DEVICE_TOPOLOGY], w))
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise SpecError(f"{w}.{'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
         default_model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
         default_mem = whole_number(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
         listed: list[Gpu] = []
@@ -163,12 +162,25 @@ def _devices(
             gpus.append(Gpu(idx, model, mem, idx // 4, idx // 2, 0, True))
             if layout[k]:
                 mig[idx] = tuple(layout[k])
+    if topo is not None and topo.nics:  # discovery saw no GPUs (its note says why): kubelet's count stands
+        return gpus, [Nic(n.index, n.numa, n.pcie_switch, n.bandwidth_gbps) for n in topo.nics], mig
     n_rdma = sum(whole_number(alloc.get(r, "0"), f"{where}: allocatable {r}") for r in cfg.rdma_resources)
     switches = max(1, (len(gpus) + 1) // 2)
     nics = [
         Nic(k, (k * switches // max(n_rdma, 1)) // 2, k * switches // max(n_rdma, 1)) for k in range(n_rdma)
     ]
     return gpus, nics, mig
+
+
+def _topology(notes: dict[str, Any], where: str) -> DeviceTopology | None:
+    if keys.DEVICE_TOPOLOGY not in notes:
+        return None
+    w = f"{where}: annotation {keys.DEVICE_TOPOLOGY}"
+    try:
+        return DeviceTopology.model_validate(_json(notes[keys.DEVICE_TOPOLOGY], w))
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise SpecError(f"{w}.{'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
 
 
 def _slice(text: str, where: str) -> MigInstance:

@@ -14,7 +14,7 @@ from typing import Any
 
 from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, GpuRequest, TaskRequest, Toleration
+from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.affinity import node_selector_terms
@@ -95,6 +95,20 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         meta=meta,
     )
     info.request = _request(spec, notes, cfg, where)
+    shared = info.request.gpu.kind in (GpuKind.FRACTION, GpuKind.MEMORY)
+    if (
+        cfg.gpu_shares == "reservation"
+        and info.ours
+        and shared
+        and not info.node
+        and keys.GPU_CONFIGMAP not in notes
+    ):
+        raise SpecError(
+            where,
+            f"asks for a GPU share but has no {keys.GPU_CONFIGMAP} annotation: it was created before the "
+            "Phalanx admission webhook ran (deploy/webhook.yaml), so its containers would get no GPU; "
+            "recreate it with the webhook in place",
+        )
     return info
 
 
@@ -208,18 +222,14 @@ def _gpu(
         share = _share(fraction, w)
         if not 0 < share <= 1:
             raise SpecError(w, f"a GPU fraction must be in (0, 1], got {fraction!r}")
-        devices = whole_number(
-            notes.get(keys.KAI_FRACTION_DEVICES, "1"), f"{where}: annotation {keys.KAI_FRACTION_DEVICES}"
-        )
-        if devices < 1:
-            raise SpecError(f"{where}: annotation {keys.KAI_FRACTION_DEVICES}", "must be >= 1")
+        devices = _share_devices(notes, where)
         return GpuRequest.whole(devices) if share == 1 else GpuRequest.fraction(share, devices)
     if memory is not None:
         w = f"{where}: annotation {keys.KAI_MEMORY}"
         mib = whole_number(memory, w)
         if mib <= 0:
             raise SpecError(w, "GPU memory must be > 0 MiB")
-        return GpuRequest.memory(mib, max(whole, 1))
+        return GpuRequest.memory(mib, whole or _share_devices(notes, where))
     if hami_mem is not None:
         mib = sum(whole_number(v, f"{where}: resources {keys.HAMI_GPUMEM}") for v in hami_mem)
         if mib <= 0:
@@ -232,6 +242,14 @@ def _gpu(
         devices = max(whole, 1)
         return GpuRequest.whole(devices) if pct == 100 else GpuRequest.fraction(pct / 100, devices)
     return GpuRequest.whole(whole) if whole else GpuRequest.none()
+
+
+def _share_devices(notes: dict[str, str], where: str) -> int:
+    w = f"{where}: annotation {keys.KAI_FRACTION_DEVICES}"
+    devices = whole_number(notes.get(keys.KAI_FRACTION_DEVICES, "1"), w)
+    if devices < 1:
+        raise SpecError(w, "must be >= 1")
+    return devices
 
 
 def is_active(obj: dict[str, Any]) -> bool:

@@ -41,6 +41,7 @@ from phalanx.k8s.kinds import (
 )
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
+from phalanx.k8s.shares import Shares
 from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
 
 log = logging.getLogger("phalanx.k8s")
@@ -73,6 +74,8 @@ class Scheduler:
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
+        if cfg.gpu_shares == "reservation":
+            self.executor.shares = Shares(api, cfg, self.executor._retry, clock)
         self.explainer = Explainer(api)
         self.elector = LeaderElector(
             api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
@@ -159,6 +162,7 @@ class Scheduler:
             self.executor.clear_intent(task)
         # applied: queue status and metrics show the cycle's outcome
         result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        self._reservations(world, out)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         self.executor.claims = {object_key(c): c for c in dra.claims}
         self.executor.dra_devices = world.snapshot.dra_devices
@@ -198,6 +202,21 @@ class Scheduler:
                 seconds,
             )
         return StepReport(world, result, out)
+
+    def _reservations(self, world: World, out: Outcome) -> None:
+        """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""
+        shares = self.executor.shares
+        if shares is None:
+            return
+        shares.refresh(world.reservations)
+        for slot in world.idle_reservations:
+            if not shares.recent(slot, ttl=5.0):
+                shares.delete(slot, world.reservations.get(slot))
+        for task, (node, index) in sorted(world.orphan_shares.items()):
+            if task not in self.gone and not shares.recent((node, index)):
+                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
+                log.warning("evicting share %s: %s", task, why)
+                self.executor.evict(task, why, out)
 
     def _assume(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         """The store's pods with our recent binds and evictions applied (the watch lags behind)."""

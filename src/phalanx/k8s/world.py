@@ -22,7 +22,7 @@ from phalanx.core.decisions import Bind
 from phalanx.core.devices import default_assignment
 from phalanx.core.errors import SpecError
 from phalanx.core.feasibility import find_candidates
-from phalanx.core.model import MILLI, GpuKind, Node
+from phalanx.core.model import MILLI, GpuKind, GpuRequest, Node
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import ForeignUsage, Snapshot
 from phalanx.k8s import keys
@@ -35,6 +35,7 @@ from phalanx.k8s.groups import Group, group_pods, workload_of
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
 from phalanx.k8s.queues import build_tree
+from phalanx.k8s.shares import Slot, slot_of
 from phalanx.spec.dra import Devices, node_devices, parse_slices
 
 T = TypeVar("T")
@@ -97,6 +98,9 @@ class World:
     queue_problems: dict[str, str] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)  # every object left out, by its label
     unfinished: list[Bind] = field(default_factory=list)  # planned before a restart, not bound yet
+    reservations: dict[Slot, dict[str, Any]] = field(default_factory=dict)  # GPU reservation pods
+    idle_reservations: list[Slot] = field(default_factory=list)  # no share left on their GPU
+    orphan_shares: dict[str, Slot] = field(default_factory=dict)  # bound shares whose reservation is gone
     stale_intents: list[str] = field(default_factory=list)  # plans and intents to clear (node gone or no fit)
 
 
@@ -163,8 +167,13 @@ def build_world(
     ours: list[PodInfo] = []
     foreign: list[PodInfo] = []
     pods_by_key = {object_key(o): o for o in pods}
+    reservations: dict[Slot, dict[str, Any]] = {}
     for obj in pods:
         if not is_active(obj):
+            continue
+        slot = slot_of(obj, cfg)
+        if slot is not None:
+            reservations[slot] = obj
             continue
         p = contain("Pod", obj, partial(memo.pod, obj, cfg))
         if p is None:
@@ -223,9 +232,10 @@ def build_world(
                 w.stale_intents.append(p.plan_holder or p.key)
         elif not p.node:
             w.unfinished.append(placed)
+    prefer = _reservations(w, reservations, foreign, cfg, contain, memo)
     for p in foreign:
         if p.node in known:
-            _foreign(snap, p)
+            _foreign(snap, p, prefer.get(p.key, ()))
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
@@ -291,14 +301,59 @@ def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
     return snap.bind_of(snap.allocations[p.key])
 
 
-def _foreign(snap: Snapshot, p: PodInfo) -> None:
-    """Another scheduler's pod: its CPU and memory, and its GPUs on the first free ones."""
+def _share_slots(p: PodInfo) -> list[Slot]:
+    """The (node, GPU index) pairs a share of ours is bound or planned to."""
+    target = p.node or p.intent
+    if not target or keys.GPU_FRACTION not in p.annotations:
+        return []
+    text = p.annotations.get(keys.GPU_DEVICES, "")
+    return [(target, int(x)) for x in text.split(",") if x.strip().isdigit()]
+
+
+def _reservations(
+    w: World,
+    reservations: dict[Slot, dict[str, Any]],
+    foreign: list[PodInfo],
+    cfg: AdapterConfig,
+    contain: Contain,
+    memo: Translations,
+) -> dict[str, tuple[int, ...]]:
+    """GPU reservation pods: their GPU counts as the shares' (never twice) while a share of ours
+    is bound or planned there, and as a whole GPU held when none is. Returns, for the pods added
+    to `foreign`, which GPU they hold."""
+    users: dict[Slot, list[PodInfo]] = {}
+    for p in [*w.pods.values(), *(q for q in foreign if q.ours)]:
+        for slot in _share_slots(p):
+            users.setdefault(slot, []).append(p)
+    w.reservations = reservations
+    prefer: dict[str, tuple[int, ...]] = {}
+    for slot, obj in sorted(reservations.items()):
+        r = contain("Pod", obj, partial(memo.pod, obj, cfg))
+        if r is None:
+            continue
+        if slot in users:
+            foreign.append(replace(r, request=replace(r.request, gpu=GpuRequest.none())))
+        else:
+            w.idle_reservations.append(slot)
+            foreign.append(r)
+            prefer[r.key] = (slot[1],)
+    if cfg.gpu_shares == "reservation":
+        for slot, ps in users.items():
+            if slot not in reservations:
+                w.orphan_shares.update({p.key: slot for p in ps if p.node and not p.deleting})
+    return prefer
+
+
+def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = ()) -> None:
+    """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free."""
     i = snap.node_index(p.node)
     c = snap.cluster
     g = p.request.gpu
     want = g.devices if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION, GpuKind.MEMORY) else 0
     milli = g.milli if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION) else MILLI
     free = [j for j in range(int(c.gpu_count[i])) if c.gpu_milli_free[i, j] >= milli]
+    named = [j for j in free if snap.nodes[i].gpus[j].index in prefer]
+    free = named + [j for j in free if j not in named]
     gpus = tuple(snap.nodes[i].gpus[j].index for j in free[:want])
     cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
     mem = min(p.request.memory_mib, int(c.mem_free[i]))

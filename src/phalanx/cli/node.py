@@ -1,0 +1,91 @@
+"""`phalanx node discover` and `phalanx node reserve` (what runs on each node)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from phalanx.cli.errors import user_errors
+from phalanx.core.errors import SpecError
+
+node_app = typer.Typer(
+    no_args_is_help=True, help="What runs on each node: device discovery, GPU reservations."
+)
+
+
+def _client(kubeconfig: Path | None, in_cluster: bool):  # type: ignore[no-untyped-def]
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    try:
+        if in_cluster:
+            return Client(KubeConfig.from_service_account())
+        return Client(KubeConfig.from_file(str(kubeconfig)) if kubeconfig else KubeConfig.from_env())
+    except Exception as e:
+        raise SpecError("kubeconfig", f"cannot load the cluster configuration: {e}") from None
+
+
+@node_app.command("discover")
+def discover(
+    node_name: Annotated[
+        str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
+    ] = "",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    sys_root: Annotated[Path, typer.Option(help="Where sysfs is mounted.")] = Path("/sys"),
+    nvml_module: Annotated[
+        str, typer.Option(help="NVML binding to import (pynvml from nvidia-ml-py).")
+    ] = "pynvml",
+    interval: Annotated[float, typer.Option(help="Seconds between looks.")] = 300.0,
+    once: Annotated[bool, typer.Option("--once", help="Look once and exit.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--print", help="Print the annotation; touch no API server.")
+    ] = False,
+) -> None:
+    """Publish this node's GPUs, RDMA NICs, PCIe switches, NUMA nodes and NVLink groups."""
+    from phalanx.node import agent
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    with user_errors():
+        if not sys_root.is_dir():
+            raise SpecError("--sys-root", f"{sys_root} is not a folder")
+        if dry_run:
+            topo, _ = agent.find(sys_root, nvml_module)
+            typer.echo(json.dumps(topo, indent=2, sort_keys=True))
+            return
+        name = node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+        agent.run(_client(kubeconfig, in_cluster), name, sys_root, nvml_module, interval, once)
+
+
+@node_app.command("reserve")
+def reserve(
+    pod: Annotated[
+        str, typer.Option(help="namespace/name of this pod (default: $POD_NAMESPACE/$POD_NAME).")
+    ] = "",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    nvml_module: Annotated[str, typer.Option(help="NVML binding to import.")] = "pynvml",
+    once: Annotated[bool, typer.Option("--once", help="Report the GPU and exit (tests).")] = False,
+) -> None:
+    """Inside a GPU-reservation pod: report which GPU it holds, then hold it."""
+    from phalanx.node import nvml
+    from phalanx.node import reserve as r
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with user_errors():
+        target = pod or f"{os.environ.get('POD_NAMESPACE', '')}/{os.environ.get('POD_NAME', '')}"
+        ns, _, name = target.partition("/")
+        if not ns or not name:
+            raise SpecError("--pod", "give namespace/name, or set POD_NAMESPACE and POD_NAME")
+        try:
+            r.run(_client(kubeconfig, in_cluster), ns, name, nvml_module, once)
+        except nvml.NvmlUnavailable as e:
+            raise SpecError("NVML", str(e)) from None

@@ -1,0 +1,58 @@
+"""`phalanx webhook`: the admission webhook that lets GPU shares reach their containers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from phalanx.cli.errors import user_errors
+from phalanx.cli.kube import _connect
+from phalanx.core.errors import SpecError
+from phalanx.k8s.config import AdapterConfig
+
+
+def webhook(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
+    ] = "phalanx",
+    namespace: Annotated[
+        str, typer.Option(help="Namespace of the webhook's Service and Secret.")
+    ] = "phalanx-system",
+    service: Annotated[str, typer.Option(help="Name of the webhook's Service.")] = "phalanx-webhook",
+    port: Annotated[int, typer.Option(help="HTTPS port (0: any free port).")] = 8443,
+    cert_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder with tls.crt, tls.key (and ca.crt), e.g. from cert-manager; default: make them."
+        ),
+    ] = None,
+    san: Annotated[
+        list[str] | None, typer.Option(help="Extra DNS name or IP for a made certificate (repeatable).")
+    ] = None,
+    check_seconds: Annotated[float, typer.Option(help="Seconds between certificate checks.")] = 3600.0,
+) -> None:
+    """Serve the admission webhook for GPU shares (deploy/webhook.yaml)."""
+    from phalanx.k8s.webhook import CertSource, Webhook
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    with user_errors():
+        if cert_dir is not None and not (cert_dir / "tls.crt").is_file():
+            raise SpecError("--cert-dir", f"{cert_dir} has no tls.crt")
+        if check_seconds <= 0:
+            raise SpecError("--check-seconds", f"must be > 0, got {check_seconds}")
+        api = _connect(kubeconfig, in_cluster)
+        source = CertSource(api, namespace, service, cert_dir, tuple(san or ()))
+        hook = Webhook(source, AdapterConfig(scheduler_name=scheduler_name), port=port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        hook.serve(stop, check_seconds)

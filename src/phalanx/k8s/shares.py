@@ -1,0 +1,252 @@
+"""GPU shares on the stock NVIDIA device plugin: reservation pods and the shares' ConfigMaps.
+
+KAI's mechanism, for Phalanx's assignments. Before a share on GPU `i` of a node is bound, a
+reservation pod `phalanx-gpu-<node>-<i>` in our namespace asks kubelet for one whole GPU
+(`nvidia.com/gpu: 1`, bound to the node by `nodeName`), and `phalanx node reserve`, running in
+it, writes that GPU's UUID on the pod (`phalanx.io/reserved-gpu`). Then the share's ConfigMap
+(named at admission, `phalanx.k8s.admission`) gets `NVIDIA_VISIBLE_DEVICES=<uuid>`, and the
+pod is bound. With the stock plugin the scheduler cannot pick which physical GPU kubelet
+hands the reservation pod: index `i` names the group of shares that go together, and the UUID
+says where the group lives.
+
+Every step can be repeated and is checked before it is taken, so a restart finishes it: the
+gang plan (written first) keeps the decision, the reservation pod's name is fixed by the
+decision, the ConfigMap write is an upsert. A reservation pod whose GPU has no share left,
+planned or bound, is deleted; a share whose reservation pod is gone is evicted (the GPU it
+used is not held any more), as KAI does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from phalanx.core.decisions import Bind
+from phalanx.core.model import MILLI
+from phalanx.k8s import failpoint, keys
+from phalanx.k8s.api import Api, Conflict, NotFound
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.kinds import CONFIG_MAPS, PODS
+from phalanx.k8s.pods import timestamp
+
+log = logging.getLogger("phalanx.k8s")
+T = TypeVar("T")
+Slot = tuple[str, int]  # (node, GPU index)
+
+
+class Broken(Exception):
+    """The reservation cannot be had (its pod failed, or never got a GPU): choose again."""
+
+
+def is_share(b: Bind) -> bool:
+    return bool(b.gpus) and b.mig is None and 0 < b.gpu_milli < MILLI
+
+
+def reservation_name(node: str, index: int) -> str:
+    name = f"phalanx-gpu-{node}-{index}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"phalanx-gpu-{node[:200]}-{digest}-{index}"
+
+
+def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]:
+    """The pod that holds GPU group `index` of `node` for its shares."""
+    field_env = [
+        {"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}
+        for n, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": reservation_name(node, index),
+            "namespace": cfg.reservation_namespace,
+            "labels": {keys.GPU_RESERVATION: str(index), "app.kubernetes.io/name": "phalanx-gpu-reservation"},
+            "annotations": {keys.NODE_INTENT: node},
+        },
+        "spec": {
+            "nodeName": node,
+            "priorityClassName": cfg.reservation_priority_class,
+            "serviceAccountName": "phalanx-gpu-reservation",
+            "terminationGracePeriodSeconds": 5,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "reserve",
+                    "image": cfg.reservation_image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "args": ["node", "reserve", "--in-cluster"],
+                    "env": field_env,
+                    "resources": {
+                        "requests": {"cpu": "1m", "memory": "64Mi", keys.GPU_RESOURCE: "1"},
+                        "limits": {"memory": "128Mi", keys.GPU_RESOURCE: "1"},
+                    },
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }
+
+
+def slot_of(pod: dict[str, Any], cfg: AdapterConfig) -> Slot | None:
+    """(node, GPU index) of a reservation pod; None for any other pod (or one in another namespace)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("namespace") != cfg.reservation_namespace:
+        return None
+    index = (meta.get("labels") or {}).get(keys.GPU_RESERVATION)
+    node = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(keys.NODE_INTENT)
+    if index is None or not str(index).isdigit() or not node:
+        return None
+    return str(node), int(index)
+
+
+def share_env(b: Bind, uuids: list[str], cfg: AdapterConfig) -> dict[str, str]:
+    """The variables a share's containers get: its GPU, and the limits an in-container limiter reads."""
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "PHALANX_GPU_FRACTION": f"{b.gpu_milli / MILLI:g}"}
+    if cfg.share_limit_env:
+        if b.gpu_memory_mib:
+            env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{b.gpu_memory_mib}m"  # HAMi-core's names
+        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, round(100 * b.gpu_milli / MILLI)))
+    return env
+
+
+@dataclass
+class Shares:
+    """Reservation pods and ConfigMaps for the executor (one per scheduler)."""
+
+    api: Api
+    cfg: AdapterConfig
+    retry: Callable[[Callable[[], Any]], Any]
+    clock: Callable[[], float] = time.time
+    pods: dict[Slot, dict[str, Any]] = field(default_factory=dict)  # reservation pods, from the store
+    touched: dict[Slot, float] = field(default_factory=dict)  # what we created or saw ready lately
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refresh(self, pods: dict[Slot, dict[str, Any]]) -> None:
+        with self.lock:
+            self.pods = dict(pods)
+
+    def recent(self, slot: Slot, ttl: float = 60.0) -> bool:
+        with self.lock:
+            return self.clock() - self.touched.get(slot, -1e18) < ttl
+
+    def prepare(self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: dict[str, str]) -> str:
+        """'' when every share of the gang has its GPU and its ConfigMap (bind now); 'later' while a
+        reservation pod waits for its GPU; otherwise why the gang cannot go there."""
+        shares = [b for b in binds if is_share(b)]
+        uuids: dict[Slot, str] = {}
+        waiting = False
+        for slot in sorted({(b.node, g) for b in shares for g in b.gpus}):
+            try:
+                got = self._reserved(slot)
+            except Broken as e:
+                return str(e)
+            if got is None:
+                waiting = True
+            else:
+                uuids[slot] = got
+        if waiting:
+            return "later"
+        for b in shares:
+            why = self._configmap(b, [uuids[(b.node, g)] for g in b.gpus], pods.get(b.task), uids)
+            if why:
+                return why
+        return ""
+
+    def _reserved(self, slot: Slot) -> str | None:
+        """The UUID the reservation pod of `slot` reports; None while it waits (made if missing)."""
+        node, index = slot
+        with self.lock:
+            obj = self.pods.get(slot)
+        uuid = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(keys.RESERVED_GPU)
+        if obj is None or not uuid:  # the store may lag: ask
+            name = reservation_name(node, index)
+            obj = self.retry(partial(self.api.get, PODS, name, self.cfg.reservation_namespace))
+        if obj is None:
+            body = reservation_pod(node, index, self.cfg)
+            try:
+                obj = self.retry(partial(self.api.create, PODS, body, self.cfg.reservation_namespace))
+                log.info(
+                    "reservation pod %s/%s made for GPU %d of %s",
+                    body["metadata"]["namespace"],
+                    body["metadata"]["name"],
+                    index,
+                    node,
+                )
+            except Conflict:
+                return None  # made meanwhile (by an earlier try): look again next time
+            self._touch(slot, obj)
+            failpoint.hit("reservation-made")
+            return None
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None  # the last one is going away; a new one is made once it is gone
+        uuid = (meta.get("annotations") or {}).get(keys.RESERVED_GPU)
+        if uuid:
+            self._touch(slot, obj)
+            return str(uuid)
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed":
+            self.delete(slot, obj)
+            why = status.get("message") or status.get("reason") or "it failed"
+            raise Broken(f"the reservation pod for GPU {index} of {node} failed: {why}")
+        age = self.clock() - timestamp(meta.get("creationTimestamp"))
+        if timestamp(meta.get("creationTimestamp")) and age > self.cfg.reservation_timeout_s:
+            self.delete(slot, obj)
+            raise Broken(
+                f"the reservation pod for GPU {index} of {node} reported no GPU in "
+                f"{self.cfg.reservation_timeout_s:g} s (is `phalanx node reserve` running there, "
+                "and does the node have a free nvidia.com/gpu?)"
+            )
+        return None
+
+    def _touch(self, slot: Slot, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.pods[slot] = obj
+            self.touched[slot] = self.clock()
+
+    def _configmap(self, b: Bind, uuids: list[str], pod: dict[str, Any] | None, uids: dict[str, str]) -> str:
+        ns, _, name = b.task.partition("/")
+        notes = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        cm = notes.get(keys.GPU_CONFIGMAP)
+        if not cm:
+            return f"pod {b.task} has no {keys.GPU_CONFIGMAP} annotation (it was not admitted by the webhook)"
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": cm,
+                "namespace": ns,
+                "labels": {"app.kubernetes.io/managed-by": "phalanx"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uids.get(b.task, "")}
+                ],
+            },
+            "data": share_env(b, uuids, self.cfg),
+        }
+        try:
+            self.retry(partial(self.api.create, CONFIG_MAPS, body, ns))
+        except Conflict:  # an earlier try (or a restart) wrote it: make it say this assignment
+            self.retry(partial(self.api.patch, CONFIG_MAPS, cm, ns, {"data": body["data"]}))
+        failpoint.hit("configmap-written")
+        return ""
+
+    def delete(self, slot: Slot, obj: dict[str, Any] | None = None) -> None:
+        node, index = slot
+        meta = (obj or {}).get("metadata") or {}
+        name = str(meta.get("name") or reservation_name(node, index))
+        try:
+            self.retry(partial(self.api.delete, PODS, name, self.cfg.reservation_namespace, 0))
+            log.info("reservation pod %s deleted: no share left on GPU %d of %s", name, index, node)
+        except NotFound:
+            pass
+        with self.lock:
+            self.pods.pop(slot, None)
+            self.touched.pop(slot, None)

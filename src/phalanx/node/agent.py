@@ -1,0 +1,103 @@
+"""`phalanx node discover`: publish the node's device topology, and GPU labels where GFD is absent.
+
+Runs as a DaemonSet (one process per node). It patches the Node only when what it found
+changed, and looks again every `interval` seconds (devices rarely change; a MIG
+reconfiguration or a replaced NIC is picked up at the next look).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Node
+
+from phalanx.node import nvml, topology
+from phalanx.spec.dra import gpu_model
+
+log = logging.getLogger("phalanx.node")
+TOPOLOGY = "phalanx.io/device-topology"
+LABELLED_BY = "phalanx.io/gpu-labels"  # set when we wrote the GPU labels (so we may update them)
+GFD_PRODUCT, GFD_MEMORY, GFD_COUNT = "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count"
+
+
+def find(sys_root: Path, nvml_module: str) -> tuple[dict[str, Any], list[str]]:
+    """This machine's topology annotation (with a note, and no GPUs, when NVML is not there),
+    and the GPUs' product names as NVML gives them."""
+    note = ""
+    gpus: list[nvml.GpuInfo] = []
+    try:
+        nv = nvml.load(nvml_module)
+        try:
+            gpus = nvml.gpus(nv)
+        finally:
+            nv.nvmlShutdown()
+    except nvml.NvmlUnavailable as e:
+        note = str(e)
+    # the model as the adapter derives it from GFD's product label, so both paths agree
+    out = topology.discover(gpus, sys_root, lambda name: gpu_model(name.replace(" ", "-")))
+    if not gpus:
+        out["note"] = note or "NVML sees no GPU on this node"
+    return out, [g.name for g in sorted(gpus, key=lambda g: g.index)]
+
+
+def labels_for(topo: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """GPU Feature Discovery's labels (product, memory, count) for what we found."""
+    if not topo["gpus"]:
+        return {}
+    first = topo["gpus"][0]
+    product = names[0].replace(" ", "-") if names else first["model"]
+    return {
+        GFD_PRODUCT: product,
+        GFD_MEMORY: str(first["memoryMiB"]),
+        GFD_COUNT: str(len(topo["gpus"])),
+        LABELLED_BY: "discover",
+    }
+
+
+def publish(client: Client, node_name: str, topo: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Patch the node if what it says differs from what we found; True if it was patched."""
+    node = client.get(Node, node_name)
+    meta = node.metadata
+    have_notes = dict(meta.annotations or {}) if meta else {}
+    have_labels = dict(meta.labels or {}) if meta else {}
+    text = json.dumps(topo, sort_keys=True, separators=(",", ":"))
+    patch: dict[str, Any] = {}
+    if have_notes.get(TOPOLOGY) != text:
+        patch.setdefault("metadata", {})["annotations"] = {TOPOLOGY: text}
+    gfd = GFD_PRODUCT in have_labels and have_labels.get(LABELLED_BY) != "discover"
+    if labels and not gfd and any(have_labels.get(k) != v for k, v in labels.items()):
+        patch.setdefault("metadata", {})["labels"] = labels
+    if not patch:
+        return False
+    client.patch(Node, node_name, patch)
+    return True
+
+
+def run(
+    client: Client,
+    node_name: str,
+    sys_root: Path,
+    nvml_module: str,
+    interval: float,
+    once: bool = False,
+) -> dict[str, Any]:
+    while True:
+        topo, names = find(sys_root, nvml_module)
+        if not topo["gpus"]:
+            log.info("node %s: no GPUs published: %s", node_name, topo.get("note", ""))
+        changed = publish(client, node_name, topo, labels_for(topo, names))
+        log.info(
+            "node %s: %d GPU(s), %d RDMA NIC(s)%s",
+            node_name,
+            len(topo["gpus"]),
+            len(topo["nics"]),
+            ", patched" if changed else ", unchanged",
+        )
+        if once:
+            return topo
+        time.sleep(interval)

@@ -1,0 +1,214 @@
+"""GPU shares on the stock device plugin, on a real control plane (issue 13's done criteria).
+
+No kubelet runs here, so the test plays the node: it runs `phalanx node reserve` (with the
+fake NVML, as the reservation pod's container would with the real one) and marks the
+reservation pod running. The admission webhook is the real one, called by the real
+kube-apiserver over TLS with its self-made certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e_kube import ROOT, Kube, phalanx, running, wait_for
+from kube_objects import node, pod
+from phalanx.k8s import keys
+from phalanx.k8s.api import Api, ApiError
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.failpoint import EXIT_CODE
+from phalanx.k8s.kinds import CONFIG_MAPS, WEBHOOK_CONFIGS
+from phalanx.k8s.webhook import WEBHOOK_CONFIG, CertSource, Webhook
+
+pytestmark = pytest.mark.e2e
+NS = "phalanx-system"
+UUID = "GPU-5a1e0000-1111-2222-3333-00000000abcd"
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def webhook(kube: Kube) -> Iterator[Webhook]:
+    """The real webhook, registered with the API server by deploy/gpu-shares.yaml (URL instead of Service)."""
+    kube.ensure_namespace(NS)
+    api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
+    hook = Webhook(
+        CertSource(api, NS, "phalanx-webhook", extra_names=("127.0.0.1",)), AdapterConfig(), "127.0.0.1", 0
+    )
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "gpu-shares.yaml").read_text()):
+        if doc["kind"] in ("PriorityClass", "ServiceAccount"):
+            kube.apply(doc)
+        elif doc["kind"] == "MutatingWebhookConfiguration":
+            for h in doc["webhooks"]:
+                h["clientConfig"] = {"url": f"https://127.0.0.1:{hook.port}/mutate"}
+            kube.apply(doc)
+    assert hook.refresh() is False  # same certificate; the CA went into the new configuration
+    cfg = kube.get(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
+    assert cfg is not None and cfg["webhooks"][0]["clientConfig"]["caBundle"]
+    stop = threading.Event()
+    t = threading.Thread(target=hook.serve, args=(stop, 3600.0), daemon=True)
+    t.start()
+    probe = pod("probe", annotations={"gpu-fraction": "0.5"})
+    wait_for("the API server to call the webhook", lambda: _mutated(kube, probe) is True, timeout=30)
+    try:
+        yield hook
+    finally:
+        kube.api.delete(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
+        stop.set()
+        t.join(timeout=10)
+        api.close()
+
+        # the API server's copy of the configuration lags a moment
+        wait_for("the API server to forget the webhook", lambda: _mutated(kube, probe) is False, timeout=30)
+
+
+def _mutated(kube: Kube, probe: dict[str, Any]) -> bool | None:
+    """Whether a dry-run create comes back through the webhook (None: the call failed)."""
+    try:
+        return keys.GPU_CONFIGMAP in kube.create(probe, dry_run=True)["metadata"].get("annotations", {})
+    except ApiError:
+        return None
+
+
+def _nvml(tmp_path: Path) -> Path:
+    f = tmp_path / "nvml.json"
+    gpu = {"uuid": UUID, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "bus_id": "0000:05:00.0"}
+    f.write_text(json.dumps({"gpus": [gpu]}))
+    return f
+
+
+def _reservations(kube: Kube) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in kube.pods(NS).items() if keys.GPU_RESERVATION in p["metadata"].get("labels", {})}
+
+
+def _play_node(kube: Kube, name: str, nvml: Path) -> None:
+    """What the node does for a reservation pod: kubelet runs it, it reports its GPU."""
+    env = {
+        **os.environ,
+        "PHALANX_FAKE_NVML": str(nvml),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path]),
+    }
+    args = ["node", "reserve", "--pod", f"{NS}/{name}", "--kubeconfig", str(kube.cp.kubeconfig)]
+    res = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", *args, "--nvml-module", "fake_nvml", "--once"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    kube.run_pod(name, NS)
+
+
+def _serve_reservations(kube: Kube, nvml: Path) -> None:
+    for name, p in _reservations(kube).items():
+        if keys.RESERVED_GPU not in p["metadata"].get("annotations", {}) and not p["metadata"].get(
+            "deletionTimestamp"
+        ):
+            _play_node(kube, name, nvml)
+
+
+def _shares(kube: Kube) -> list[dict[str, Any]]:
+    out = []
+    for name in ("s1", "s2"):
+        created = kube.create(pod(name, annotations={"gpu-fraction": "0.5"}))
+        notes = created["metadata"]["annotations"]
+        cm = notes[keys.GPU_CONFIGMAP]  # the webhook ran
+        assert created["spec"]["containers"][0]["envFrom"] == [
+            {"configMapRef": {"name": cm, "optional": False}}
+        ]
+        out.append(created)
+    return out
+
+
+def _check_shared(kube: Kube) -> None:
+    """Both shares bound to the GPU one reservation pod holds, their ConfigMaps naming its UUID."""
+    wait_for(
+        "both shares bound", lambda: kube.node_of("s1") == "n0" and kube.node_of("s2") == "n0", timeout=40
+    )
+    pods = kube.pods()
+    devices = {pods[n]["metadata"]["annotations"][keys.GPU_DEVICES] for n in ("s1", "s2")}
+    assert len(devices) == 1, devices
+    held = _reservations(kube)
+    assert len(held) == 1, sorted(held)
+    (res,) = held.values()
+    assert res["metadata"]["labels"][keys.GPU_RESERVATION] == devices.pop()
+    assert res["spec"]["nodeName"] == "n0"
+    assert res["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    for n in ("s1", "s2"):
+        cm = kube.get(CONFIG_MAPS, pods[n]["metadata"]["annotations"][keys.GPU_CONFIGMAP], "default")
+        assert cm is not None and cm["data"]["NVIDIA_VISIBLE_DEVICES"] == UUID
+        assert cm["data"]["PHALANX_GPU_FRACTION"] == "0.5"
+        assert cm["metadata"]["ownerReferences"][0]["uid"] == pods[n]["metadata"]["uid"]
+
+
+def _end_shares(kube: Kube) -> None:
+    for n in ("s1", "s2"):
+        kube.force_delete_pod(n)
+    wait_for("the reservation pod removed", lambda: not _reservations(kube), timeout=30)
+
+
+def test_two_half_gpu_pods_share_one_reserved_gpu(kube: Kube, webhook: Webhook, tmp_path: Path) -> None:
+    nvml = _nvml(tmp_path)
+    kube.api.create("nodes", node("n0", gpus=2))
+    with running(kube, gpu_shares="reservation"):
+        _shares(kube)
+        wait_for("a reservation pod", lambda: _reservations(kube), timeout=30)
+        time.sleep(1.0)  # several cycles: nothing is bound while the GPU is not reported
+        assert kube.node_of("s1") == "" and kube.node_of("s2") == ""
+        assert len(_reservations(kube)) == 1
+        _serve_reservations(kube, nvml)
+        _check_shared(kube)
+        # the reserved GPU counts once, for the shares: one whole GPU is left, not zero, not two
+        kube.create(pod("w1", gpus=1))
+        kube.create(pod("w2", gpus=1))
+        wait_for("w1 bound", lambda: kube.node_of("w1") == "n0", timeout=20)
+        time.sleep(1.0)
+        assert kube.node_of("w2") == ""
+        for n in ("w1", "w2"):
+            kube.force_delete_pod(n)
+        _end_shares(kube)
+
+
+@pytest.mark.parametrize("point", ["plan-written", "reservation-made", "configmap-written", "bound"])
+def test_a_kill_between_any_two_steps_is_recovered(
+    kube: Kube, webhook: Webhook, tmp_path: Path, point: str
+) -> None:
+    nvml = _nvml(tmp_path)
+    kube.api.create("nodes", node("n0", gpus=2))
+    args = ["scheduler", "--kubeconfig", str(kube.cp.kubeconfig), "--no-leader-elect", "--port", "0"]
+    args += ["--cycle-seconds", "0.2", "--gpu-shares", "reservation"]
+    proc = phalanx(*args, env={**os.environ, "PHALANX_FAILPOINT": point})
+    try:
+        _shares(kube)
+
+        def died() -> bool:
+            _serve_reservations(kube, nvml)  # the node does its part whenever there is one
+            return proc.poll() is not None
+
+        wait_for(f"the scheduler to die at {point}", died, timeout=40, every=0.2)
+        out = proc.communicate(timeout=10)[0]
+        assert proc.returncode == EXIT_CODE, out
+        assert f"failpoint {point}" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    with running(kube, gpu_shares="reservation"):
+
+        def finished() -> bool:
+            _serve_reservations(kube, nvml)
+            return kube.node_of("s1") == "n0" and kube.node_of("s2") == "n0"
+
+        wait_for("both shares bound after the restart", finished, timeout=40, every=0.2)
+        _check_shared(kube)
+        _end_shares(kube)
