@@ -79,3 +79,24 @@ def test_node_without_nvml_gets_a_note_and_keeps_its_gpus(kube: Kube, tmp_path: 
     topo = json.loads(got["metadata"]["annotations"][keys.DEVICE_TOPOLOGY])
     assert topo["gpus"] == [] and "NVML could not start" in topo["note"]
     assert len(parse_node(got, AdapterConfig()).gpus) == 4  # kubelet's count still stands
+
+
+def test_device_plugin_reads_and_marks_pods_on_the_real_api_server(kube: Kube) -> None:
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    from kube_objects import pod
+    from phalanx.node.deviceplugin import GPU_ALLOCATED, ApiPods, GpuDevice, Plugin
+
+    kube.api.create("nodes", node("n0", gpus=4))
+    kube.create(pod("elsewhere", gpus=2, node="n1", annotations={keys.GPU_DEVICES: "0,1"}))
+    kube.create(pod("ours", gpus=2, node="n0", annotations={keys.GPU_DEVICES: "2,3"}))
+    client = Client(KubeConfig.from_file(str(kube.cp.kubeconfig)))
+    uuids = [f"GPU-{k}" for k in range(4)]
+    plugin = Plugin([GpuDevice(k, uuids[k]) for k in range(4)], ApiPods(client, "n0"))
+    assert [p["metadata"]["name"] for p in plugin.source.pods()] == ["ours"]  # this node's only
+    assert plugin.prefer(uuids, [], 2) == ["GPU-2", "GPU-3"]
+    plugin.given_out(["GPU-2", "GPU-3"])
+    got = kube.api.get_pod("default", "ours") or {}
+    assert got["metadata"]["annotations"][GPU_ALLOCATED] == "GPU-2,GPU-3"
+    assert plugin.prefer(uuids, [], 2) == ["GPU-0", "GPU-1"]  # handed out: no longer waiting

@@ -212,3 +212,38 @@ def test_a_kill_between_any_two_steps_is_recovered(
         wait_for("both shares bound after the restart", finished, timeout=40, every=0.2)
         _check_shared(kube)
         _end_shares(kube)
+
+
+def test_webhook_certificate_is_shared_renewed_and_reloaded(kube: Kube) -> None:
+    import base64
+
+    from phalanx.k8s import certs
+    from phalanx.k8s.kinds import SECRETS
+    from phalanx.k8s.webhook import SECRET
+
+    kube.ensure_namespace(NS)
+    if kube.get(SECRETS, SECRET, NS) is not None:
+        kube.api.delete(SECRETS, SECRET, NS)
+    api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
+    try:
+        a = CertSource(api, NS, "phalanx-webhook", extra_names=("127.0.0.1",))
+        b = CertSource(api, NS, "phalanx-webhook", extra_names=("127.0.0.1",))
+        first = a.get()
+        assert b.get() == first  # a second replica serves the same certificate
+        # a certificate about to expire (10 days left) is replaced, and the server reloads it
+        ca = certs.make_ca("old")
+        leaf = certs.issue(ca, "x", server_names=a.names, days=10)
+        secret = kube.get(SECRETS, SECRET, NS) or {}
+        secret["data"] = {
+            k: base64.b64encode(v).decode()
+            for k, v in (("ca.crt", ca.cert), ("tls.crt", leaf.cert), ("tls.key", leaf.key))
+        }
+        kube.api.replace(SECRETS, secret)
+        hook = Webhook(a, AdapterConfig(), "127.0.0.1", 0)
+        renewed = hook.current
+        assert renewed is not None and renewed.cert not in (leaf.cert, first.cert)
+        assert (certs.expires(renewed.cert) - certs.expires(leaf.cert)).days > 300
+        assert b.get() == renewed and hook.refresh() is False
+        hook.server.server_close()
+    finally:
+        api.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -89,3 +90,34 @@ def reserve(
             r.run(_client(kubeconfig, in_cluster), ns, name, nvml_module, once)
         except nvml.NvmlUnavailable as e:
             raise SpecError("NVML", str(e)) from None
+
+
+@node_app.command("device-plugin")
+def device_plugin(
+    node_name: Annotated[
+        str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
+    ] = "",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    socket_dir: Annotated[Path, typer.Option(help="Kubelet's device-plugin folder.")] = Path(
+        "/var/lib/kubelet/device-plugins"
+    ),
+    sys_root: Annotated[Path, typer.Option(help="Where sysfs is mounted.")] = Path("/sys"),
+    nvml_module: Annotated[str, typer.Option(help="NVML binding to import.")] = "pynvml",
+) -> None:
+    """Serve nvidia.com/gpu to kubelet, allocating the GPUs Phalanx chose for each pod."""
+    from phalanx.node import nvml
+    from phalanx.node.deviceplugin import ApiPods, Plugin, node_gpus
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with user_errors():
+        if not socket_dir.is_dir():
+            raise SpecError("--socket-dir", f"{socket_dir} is not a folder (is this a kubelet's node?)")
+        try:
+            gpus = node_gpus(sys_root, nvml_module)
+        except nvml.NvmlUnavailable as e:
+            raise SpecError("NVML", str(e)) from None
+        name = node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+        plugin = Plugin(gpus, ApiPods(_client(kubeconfig, in_cluster), name), socket_dir)
+    signal.signal(signal.SIGTERM, lambda *_: plugin.stop.set())
+    plugin.run()
