@@ -32,8 +32,15 @@ class Allocate:
 
     def _gangs(self, session: Session) -> None:
         by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
-        for e in session.ordered_pending():
-            by_queue[e.workload.queue].append(e)
+        if self.strict_fifo:
+            # every pending workload, not only those the free-capacity gate lets through: the gate
+            # drops workloads that cannot fit this cycle, which changes nothing for a fit-first
+            # order, but a strict queue must stop at such a workload rather than pass it
+            for q, pending in session.pending_by_queue().items():
+                by_queue[q] = sorted(pending, key=session.order_key)
+        else:
+            for e in session.ordered_pending():
+                by_queue[e.workload.queue].append(e)
         heap = [(session.queue_key(q), q) for q in by_queue]
         heapq.heapify(heap)
         pos = dict.fromkeys(by_queue, 0)

@@ -21,6 +21,7 @@ from phalanx.core.extension import (
 )
 
 TieBreak = Literal["random", "name"]
+PreemptionCost = Literal["checkpoint", "none"]
 
 
 @dataclass(slots=True)
@@ -37,3 +38,6 @@ class Profile:
     tie_break: TieBreak = "random"
     gpu_sharing: bool = True
     description: str = ""
+    # what a preempted workload loses, for drivers that model it (the replay): work since its last
+    # checkpoint (realistic), or nothing (the free preemption of papers' simulators)
+    preemption_cost: PreemptionCost = "checkpoint"

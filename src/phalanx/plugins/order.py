@@ -5,6 +5,8 @@ from __future__ import annotations
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
+EPS = 1e-6  # GPU-seconds: a workload that reaches a threshold by float arithmetic is past it
+
 
 class PriorityOrder:
     name = "priority"
@@ -32,8 +34,16 @@ class LasOrder:
             raise ValueError("thresholds must be > 0 GPU-seconds")
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
-        level = sum(1 for t in self.thresholds if entry.attained >= t)
+        level = sum(1 for t in self.thresholds if entry.attained >= t - EPS)
         return (level,)
+
+    def next_change(self, entry: WorkloadEntry, now: float) -> float | None:
+        """When a running workload crosses its next threshold (its rank changes by itself then)."""
+        rate = entry.gpu_milli / 1000
+        above = [t for t in self.thresholds if t > entry.attained + EPS]
+        if not above or rate <= 0:
+            return None
+        return now + (above[0] - entry.attained) / rate
 
 
 class SrtfOrder:

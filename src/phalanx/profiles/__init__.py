@@ -19,6 +19,7 @@ from phalanx.actions.backfill import Backfill
 from phalanx.actions.consolidate import Consolidate
 from phalanx.actions.preempt import Preempt
 from phalanx.actions.reclaim import Reclaim
+from phalanx.actions.replan import Replan
 from phalanx.actions.reserve import Reserve
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
@@ -47,6 +48,7 @@ ACTIONS: Mapping[str, Factory] = {
     "reclaim": Reclaim,
     "consolidate": Consolidate,
     "reserve": Reserve,
+    "replan": Replan,
 }
 SCORERS: Mapping[str, Factory] = {
     "random": RandomScorer,
@@ -81,6 +83,7 @@ class ProfileSpec(BaseModel):
     description: str = ""
     tie_break: Literal["random", "name"] = "random"
     gpu_sharing: bool = True
+    preemption_cost: Literal["checkpoint", "none"] = "checkpoint"
     actions: list[PluginSpec]
     order: list[PluginSpec] = Field(default_factory=list)
     filters: list[PluginSpec] = Field(default_factory=list)
@@ -135,6 +138,7 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
         else None,
         tie_break=spec.tie_break,
         gpu_sharing=spec.gpu_sharing,
+        preemption_cost=spec.preemption_cost,
     )
 
 

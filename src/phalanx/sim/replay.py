@@ -203,6 +203,7 @@ def replay(
     running: set[str] = set()
     finished = 0
     tick_at: list[float] = []
+    rank_ticks: set[float] = set()
     logged: dict[str, str] = {}
 
     def stop(name: str, now: float, evicted: bool) -> None:
@@ -212,7 +213,10 @@ def replay(
         if r.run_start is not None and r.run_time:
             ran = now - r.run_start
             every = entry.workload.checkpoint_interval
-            kept = math.floor(ran / every) * every if every > 0 else 0.0
+            if evicted and profile.preemption_cost == "none":
+                kept = ran  # the paper-exact profiles: preemption is free
+            else:
+                kept = math.floor(ran / every) * every if every > 0 else 0.0
             r.done = min(1.0, r.done + kept * r.rate / r.run_time)
             lost = (ran - kept) * r.held
             r.lost_gpu_s += lost
@@ -320,6 +324,22 @@ def replay(
             )
         )
         shares.sample(now)
+        changes = [o for o in profile.order if hasattr(o, "next_change")]
+        if changes and snap.pending_workloads():
+            # an order that changes with time run (LAS levels): a cycle when a running workload's
+            # rank changes, as the policy defines it, not only at the next arrival or completion
+            soon = min(
+                (
+                    t
+                    for o in changes
+                    for e in snap.running.values()
+                    if (t := o.next_change(e, now)) is not None
+                ),
+                default=math.inf,
+            )
+            if soon < math.inf and soon > now and soon not in rank_ticks:
+                rank_ticks.add(soon)
+                eng.schedule(soon, Kind.TICK)
         if cycle_interval > 0 and snap.pending_workloads() and (not tick_at or tick_at[-1] <= now):
             tick_at.append(now + cycle_interval)
             eng.schedule(now + cycle_interval, Kind.TICK)
