@@ -11,9 +11,12 @@ free: a paused job keeps all its progress. Returns each job's completion time.
 - SJF: shortest job (duration) first, fit-first, never preempted.
 - SRTF: at every event, re-plan from empty in order of remaining time, fit-first; a running job
   that does not make the cut is paused (Tiresias' `shortest`).
-- 2D-LAS: the same re-plan, in order of the level of attained service (GPUs x seconds run; a job
-  enters level k+1 when it reaches thresholds[k]), FIFO within a level; a running job's crossing
-  of a threshold is an event (Tiresias' `dlas-gpu`, without starvation promotion).
+- 2D-LAS (Tiresias' `dlas-gpu`, without starvation promotion): one FIFO list per level of
+  attained service (GPUs x seconds run; a job enters level k+1 when it reaches thresholds[k]).
+  Arrivals join the end of level 0; a job that crosses a threshold moves to the end of the next
+  level's list (a running job's crossing is an event). At every event, re-plan from empty going
+  through the lists, level 0 first, fit-first; then the jobs left waiting move to the back of
+  their list, keeping their order, so running jobs stay ahead of waiting ones in their level.
 """
 
 from __future__ import annotations
@@ -131,8 +134,50 @@ def las2d(jobs: list[Job], gpus: int, thresholds: tuple[float, ...] = (3250.0, 7
     def level(attained: float) -> int:
         return sum(1 for t in thresholds if attained >= t - EPS)
 
-    def jump(j: Job, ex: float) -> float:
-        above = [t for t in thresholds if t > j.gpus * ex + EPS]
-        return (above[0] - j.gpus * ex) / j.gpus if above else math.inf
-
-    return _replan(jobs, gpus, lambda j, ex, at: (level(at),), jump)
+    arrivals = sorted(jobs, key=lambda j: (j.submit, j.name))
+    lists: list[list[str]] = [[] for _ in range(len(thresholds) + 1)]
+    where: dict[str, int] = {}
+    executed: dict[str, float] = {}
+    running: set[str] = set()
+    done: dict[str, float] = {}
+    by = {j.name: j for j in jobs}
+    k = 0
+    now = 0.0
+    while k < len(arrivals) or executed:
+        nxt = arrivals[k].submit if k < len(arrivals) else math.inf
+        for n in running:
+            j = by[n]
+            nxt = min(nxt, now + j.duration - executed[n])
+            above = [t for t in thresholds if t > j.gpus * executed[n] + EPS]
+            if above:
+                nxt = min(nxt, now + (above[0] - j.gpus * executed[n]) / j.gpus)
+        for n in running:
+            executed[n] += nxt - now
+        now = nxt
+        for n in [n for n in running if by[n].duration - executed[n] <= EPS]:
+            done[n] = now
+            running.discard(n)
+            del executed[n]
+            lists[where.pop(n)].remove(n)
+        while k < len(arrivals) and arrivals[k].submit == now:
+            n = arrivals[k].name
+            executed[n] = 0.0
+            lists[0].append(n)
+            where[n] = 0
+            k += 1
+        for n in [n for lst in lists for n in lst]:  # crossings, in list order
+            lv = level(by[n].gpus * executed[n])
+            if lv != where[n]:
+                lists[where[n]].remove(n)
+                lists[lv].append(n)
+                where[n] = lv
+        free = gpus
+        running = set()
+        for lst in lists:
+            for n in lst:
+                if by[n].gpus <= free:
+                    free -= by[n].gpus
+                    running.add(n)
+        for i, lst in enumerate(lists):
+            lists[i] = [n for n in lst if n in running] + [n for n in lst if n not in running]
+    return done

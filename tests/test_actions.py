@@ -36,7 +36,7 @@ def test_strict_fifo_blocks_the_queue_and_backfill_fills_what_fits_now():
     sc = Scenario(nodes, wl, profile=strict)
     last = sc.run()
     assert sc.bound("small") == 0
-    assert "waiting behind head" in last.pending_for("small").message
+    assert "waiting behind the head of queue" in last.pending_for("small").message
     with_backfill = Profile(
         "strict+backfill", [Allocate(strict_fifo=True), Backfill()], order=[PriorityOrder()]
     )

@@ -8,7 +8,8 @@ one pod at a time, pods of concurrently created workloads interleaved, no all-or
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -31,20 +32,15 @@ class Allocate:
             self._pods(session)
 
     def _gangs(self, session: Session) -> None:
-        by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
         if self.strict_fifo:
-            # every pending workload, not only those the free-capacity gate lets through: the gate
-            # drops workloads that cannot fit this cycle, which changes nothing for a fit-first
-            # order, but a strict queue must stop at such a workload rather than pass it
-            for q, pending in session.pending_by_queue().items():
-                by_queue[q] = sorted(pending, key=session.order_key)
-        else:
-            for e in session.ordered_pending():
-                by_queue[e.workload.queue].append(e)
+            self._strict(session)
+            return
+        by_queue: dict[str, list[WorkloadEntry]] = defaultdict(list)
+        for e in session.ordered_pending():
+            by_queue[e.workload.queue].append(e)
         heap = [(session.queue_key(q), q) for q in by_queue]
         heapq.heapify(heap)
         pos = dict.fromkeys(by_queue, 0)
-        blocked: dict[str, str] = {}
         while heap:
             _, q = heapq.heappop(heap)
             entries = by_queue[q]
@@ -54,21 +50,57 @@ class Allocate:
             pos[q] += 1
             if session.parked(entry) or no_room(session, entry):
                 session.attempted.add(entry.name)  # nothing frees up within the cycle: backfill skips it
-                if self.strict_fifo:
-                    blocked[q] = entry.name
             else:
-                ok = allocate_workload(session, entry)
-                if not ok and self.strict_fifo:
-                    blocked[q] = entry.name
-            if q in blocked:
-                # the rest of a blocked queue waits; only workloads without a reason yet get one
-                why = f"waiting behind {blocked[q]} (strict FIFO in queue {q})"
-                for rest in entries[pos[q] :]:
-                    last = rest.last_pending
-                    if last is None or last.summary != why:
-                        session.set_pending(rest.name, why)
-            elif pos[q] < len(entries):
+                allocate_workload(session, entry)
+            if pos[q] < len(entries):
                 heapq.heappush(heap, (session.queue_key(q), q))
+
+    def _strict(self, session: Session) -> None:
+        """Each queue in order from its head, stopping at the first workload that does not start.
+
+        Every pending workload counts, not only those the free-capacity gate lets through: the
+        gate drops workloads that cannot fit this cycle, which changes nothing for a fit-first
+        order, but a strict queue must stop at such a workload rather than pass it. With the
+        natural order the queues' heads come from the snapshot's sorted groups, lazily: a cycle
+        looks at the heads, not at everything that waits.
+        """
+        s = session.snapshot
+        if all(getattr(o, "natural", False) for o in session.profile.order):
+            merged = heapq.merge(*(list(order) for order in s.group_order.values()))
+            source: Iterator[WorkloadEntry] = (s.workloads[nat[-1]] for nat in merged)
+        else:
+            source = iter(sorted(s.pending_workloads(), key=session.order_key))
+        buffered: dict[str, deque[WorkloadEntry]] = defaultdict(deque)
+
+        def next_in(q: str) -> WorkloadEntry | None:
+            while not buffered[q]:
+                e = next(source, None)
+                if e is None:
+                    return None
+                buffered[e.workload.queue].append(e)
+            return buffered[q].popleft()
+
+        heap = [(session.queue_key(q), q) for q in sorted(s.pending_per_queue)]
+        heapq.heapify(heap)
+        while heap:
+            _, q = heapq.heappop(heap)
+            entry = next_in(q)
+            if entry is None:
+                continue
+            if session.parked(entry) or no_room(session, entry):
+                session.attempted.add(entry.name)
+                started = False
+            else:
+                started = allocate_workload(session, entry)
+            if started:
+                heapq.heappush(heap, (session.queue_key(q), q))
+                continue
+            # the rest of the queue waits behind it; workloads no cycle has looked at get the reason
+            why = f"waiting behind the head of queue {q} (strict FIFO)"
+            for name in sorted(s.fresh):
+                rest = s.workloads.get(name)
+                if rest is not None and rest is not entry and rest.workload.queue == q and not rest.bound:
+                    session.set_pending(name, why)
 
     def _pods(self, session: Session) -> None:
         entries = session.ordered_pending()

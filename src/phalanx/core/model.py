@@ -260,8 +260,11 @@ class TaskRequest:
     claims: tuple[Claim, ...] = ()
     # which of gpu / nic the claims provide; the others (device-plugin GPUs or RDMA NICs) are classic
     claimed: frozenset[str] = frozenset({"gpu", "nic"})
+    # `shape_key`, worked out once (the hot paths ask for it millions of times in a long replay)
+    _shape: tuple[object, ...] = field(init=False, repr=False, compare=False, hash=False, default=())
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_shape", self._make_shape())
         if self.cpu_milli < 0:
             raise SpecError("cpu_milli", f"CPU request must be >= 0, got {self.cpu_milli}")
         if self.memory_mib < 0:
@@ -274,6 +277,9 @@ class TaskRequest:
     @property
     def shape_key(self) -> tuple[object, ...]:
         """Identity of the request for caching and task-type statistics."""
+        return self._shape
+
+    def _make_shape(self) -> tuple[object, ...]:
         return (
             self.cpu_milli,
             self.memory_mib,

@@ -160,6 +160,7 @@ class Snapshot:
         self.group_order: dict[tuple[object, ...], list[tuple[int, float, str]]] = {}
         self.partial: set[str] = set()
         self.fresh: set[str] = set()
+        self.pending_per_queue: dict[str, int] = {}  # how many workloads wait in each queue
         self.queue_gpu_milli: dict[str, int] = {}
         # queue accounting: (weighted milli-GPU, milli-CPU, MiB) used and still requested, per leaf queue
         self.queues = queues
@@ -612,6 +613,8 @@ class Snapshot:
             if entry.name not in group:
                 group[entry.name] = entry
                 bisect.insort(self.group_order[key], nat)
+                q = entry.workload.queue
+                self.pending_per_queue[q] = self.pending_per_queue.get(q, 0) + 1
             if entry.bound:
                 self.partial.add(entry.name)
         else:
@@ -619,6 +622,12 @@ class Snapshot:
             self.partial.discard(entry.name)
             if group is not None and entry.name in group:
                 del group[entry.name]
+                q = entry.workload.queue
+                left = self.pending_per_queue[q] - 1
+                if left:
+                    self.pending_per_queue[q] = left
+                else:
+                    del self.pending_per_queue[q]
                 order = self.group_order[key]
                 del order[bisect.bisect_left(order, nat)]
                 if not group:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
+_QUEUE = "las-queue"  # (level, place in the level's list), with `within: queue`
 EPS = 1e-6  # GPU-seconds: a workload that reaches a threshold by float arithmetic is past it
 
 
@@ -28,14 +31,44 @@ class LasOrder:
     name = "las"
     static = False
 
-    def __init__(self, thresholds: list[float] | None = None) -> None:
+    def __init__(self, thresholds: list[float] | None = None, within: str = "arrival") -> None:
         self.thresholds = sorted(thresholds if thresholds is not None else [3600.0, 36_000.0])
         if any(t <= 0 for t in self.thresholds):
             raise ValueError("thresholds must be > 0 GPU-seconds")
+        if within not in ("arrival", "queue"):
+            raise ValueError("within must be 'arrival' or 'queue'")
+        self.within = within
+        self._seq = itertools.count()
+
+    def level(self, entry: WorkloadEntry) -> int:
+        return sum(1 for t in self.thresholds if entry.attained >= t - EPS)
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
-        level = sum(1 for t in self.thresholds if entry.attained >= t - EPS)
-        return (level,)
+        if self.within == "queue" and _QUEUE in entry.cache:
+            return _place(entry)
+        return (self.level(entry),)
+
+    # `within: queue` (Tiresias' simulator): one FIFO list per level. Arrivals join the end of
+    # level 0, a workload that crosses a threshold the end of its new level; after each re-plan
+    # the workloads left waiting move to the back of their list, keeping their order, so running
+    # ones stay ahead of waiting ones in their level. Called by the `replan` action.
+    def begin_cycle(self, entries: list[WorkloadEntry]) -> None:
+        if self.within != "queue":
+            return
+        known = sorted((e for e in entries if _QUEUE in e.cache), key=_place)
+        fresh = sorted(
+            (e for e in entries if _QUEUE not in e.cache), key=lambda e: (e.workload.creation_time, e.name)
+        )
+        for e in [*fresh, *known]:
+            level = self.level(e)
+            if _QUEUE not in e.cache or _place(e)[0] != level:
+                e.cache[_QUEUE] = (level, next(self._seq))
+
+    def end_cycle(self, entries: list[WorkloadEntry], running: set[str]) -> None:
+        if self.within != "queue":
+            return
+        for e in sorted((e for e in entries if e.name not in running), key=_place):
+            e.cache[_QUEUE] = (_place(e)[0], next(self._seq))
 
     def next_change(self, entry: WorkloadEntry, now: float) -> float | None:
         """When a running workload crosses its next threshold (its rank changes by itself then)."""
@@ -44,6 +77,12 @@ class LasOrder:
         if not above or rate <= 0:
             return None
         return now + (above[0] - entry.attained) / rate
+
+
+def _place(e: WorkloadEntry) -> tuple[int, int]:
+    at = e.cache[_QUEUE]
+    assert isinstance(at, tuple)
+    return at
 
 
 class SrtfOrder:

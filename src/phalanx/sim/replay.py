@@ -204,6 +204,9 @@ def replay(
     finished = 0
     tick_at: list[float] = []
     rank_ticks: set[float] = set()
+    # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
+    # of queue history: without them, skip the walk over every running workload each cycle
+    timed = half_life > 0 or not all(getattr(o, "static", False) for o in profile.order)
     logged: dict[str, str] = {}
 
     def stop(name: str, now: float, evicted: bool) -> None:
@@ -253,6 +256,7 @@ def replay(
     def handle(batch: list[Event]) -> None:
         nonlocal finished
         now = eng.now
+        changed = not out.samples  # a completion or a node event changed the devices
         for ev in batch:
             if ev.kind is Kind.ARRIVAL:
                 spec = recs[ev.payload].spec
@@ -267,7 +271,9 @@ def replay(
                     shares.withdraw(r.spec.queue, r.spec.gpu_amount - r.held)
                     snap.remove_workload(ev.payload)
                     finished += 1
+                    changed = True
             elif ev.kind is Kind.NODE_FAIL:
+                changed = True
                 i = snap.node_index(ev.payload)
                 for a in list(snap.on_node[i].values()):
                     name = a.task.workload
@@ -277,8 +283,10 @@ def replay(
                         snap.release(other.task.name)
                 snap.set_node_ready(ev.payload, False)
             elif ev.kind is Kind.NODE_RECOVER:
+                changed = True
                 snap.set_node_ready(ev.payload, True)
-        snap.advance(now, half_life)
+        if timed:
+            snap.advance(now, half_life)
         result = run_cycle(snap, profile, now, rng, apply=True)
         out.cycles += 1
         out.evicted_tasks += len(result.evictions)
@@ -310,9 +318,9 @@ def replay(
                 r.run_start = now
                 r.run_time = run_time_of(name)
                 resize(r, len(snap.workloads[name].bound), now)
-        frag_rate = 0.0
-        if metric is not None:
-            frag, idle = metric.summary()
+        frag_rate = out.samples[-1].frag_rate if out.samples else 0.0
+        if metric is not None and (changed or result.binds or result.evictions):
+            frag, idle = metric.summary()  # only when the devices changed hands
             frag_rate = 100.0 * frag / idle if idle else 0.0
         out.samples.append(
             Sample(

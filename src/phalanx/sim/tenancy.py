@@ -70,11 +70,14 @@ class QueueShares:
 
     def sample(self, t: float) -> None:
         demand = self._running + np.maximum(self._waiting, 0.0)
-        key = demand.tobytes()
-        if key != self._last_key:  # fair shares depend only on the demand
-            self._last_key = key
-            self._last_fair = self._fair(demand)
-        fair = self._last_fair
+        if len(self.leaves) == 1:  # one queue: its fair share is what it asks, up to everything
+            fair = np.minimum(demand, self.capacity_gpus)
+        else:
+            key = demand.tobytes()
+            if key != self._last_key:  # fair shares depend only on the demand
+                self._last_key = key
+                self._last_fair = self._fair(demand)
+            fair = self._last_fair
         if self.times and self.times[-1] == t:
             self.times.pop(), self.use.pop(), self.fair.pop(), self.index.pop()
         self.times.append(t)
