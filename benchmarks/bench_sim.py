@@ -5,7 +5,7 @@ and the time-replay comparison on the Tiresias and Gavel traces.
     python benchmarks/bench_sim.py lists [--seeds 42-51]     # fgd and phalanx on all 15 openb lists
     python benchmarks/bench_sim.py speed                     # one run, 60 runs, the 15K-job replay
     python benchmarks/bench_sim.py replay                    # Tiresias, Gavel: phalanx, fifo, k8s-default
-    python benchmarks/bench_sim.py tenancy [--limit N]      # Gavel VCs as 15 queues: fairness, evictions
+    python benchmarks/bench_sim.py tenancy [--limit N] [--profiles a,b]  # Gavel VCs as 15 queues
     python benchmarks/bench_sim.py tenancy --ablate reserve,reclaim  # phalanx-queues minus an action
 
 Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
@@ -170,7 +170,7 @@ def without(action: str) -> Profile:
     return compile_profile(data, f"phalanx-queues without {action}")
 
 
-def tenancy(limit: int = 0, ablate: str = "") -> None:
+def tenancy(limit: int = 0, ablate: str = "", only: str = "") -> None:
     """Gavel msr seed 0: its 15 virtual clusters as 15 queues with equal deserved GPUs (500 / 15)."""
     jobs = gavel_jobs()
     if limit:
@@ -188,9 +188,8 @@ def tenancy(limit: int = 0, ablate: str = "") -> None:
         "| GPU-h lost | GPU alloc (%) | starved | wall (s) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    profiles = [without(a) for a in ablate.split(",") if a] or [
-        load_profile(p) for p in ("phalanx-queues", "phalanx", "fifo", "las")
-    ]
+    names = only.split(",") if only else ["phalanx-queues", "phalanx", "fifo", "las"]
+    profiles = [without(a) for a in ablate.split(",") if a] or [load_profile(p) for p in names]
     for profile in profiles:
         prof = profile.name
         t = time.perf_counter()
@@ -206,6 +205,7 @@ def main() -> None:
     ap.add_argument("what", choices=["fidelity", "lists", "speed", "replay", "tenancy"])
     ap.add_argument("--limit", type=int, default=0, help="tenancy: only the first N jobs")
     ap.add_argument("--ablate", default="", help="tenancy: phalanx-queues without each of these actions")
+    ap.add_argument("--profiles", default="", help="tenancy: only these profiles (comma-separated)")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -218,7 +218,7 @@ def main() -> None:
     elif args.what == "speed":
         speed()
     elif args.what == "tenancy":
-        tenancy(args.limit, args.ablate)
+        tenancy(args.limit, args.ablate, args.profiles)
     else:
         replays()
 
