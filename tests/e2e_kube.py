@@ -35,6 +35,13 @@ DIALECT_CRDS = {
     "kai": ("kai-queues", "kai-podgroups"),
     "volcano": ("volcano-queues", "volcano-podgroups"),
     "scheduler-plugins": ("scheduler-plugins-podgroups",),
+    "kueue": (
+        "kueue-clusterqueues",
+        "kueue-localqueues",
+        "kueue-resourceflavors",
+        "kueue-cohorts",
+        "kueue-workloads",
+    ),
 }
 
 
@@ -49,6 +56,9 @@ CLUSTER_SCOPED = (
     "ResourceSlice",
     "Queue",
     "MutatingWebhookConfiguration",
+    "ClusterQueue",
+    "ResourceFlavor",
+    "Cohort",
 )
 
 
@@ -79,6 +89,11 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         "ResourceClaimTemplate": "resourceclaimtemplates",
         "DaemonSet": "daemonsets",
         "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+        "ClusterQueue": "clusterqueues",
+        "LocalQueue": "localqueues",
+        "ResourceFlavor": "resourceflavors",
+        "Cohort": "cohorts",
+        "Workload": "workloads",
     }[obj["kind"]]
     namespaced = obj["kind"] not in CLUSTER_SCOPED
     return Kind(group, version, plural, namespaced, obj["kind"])
@@ -225,6 +240,11 @@ CLEAN = (
     Kind("scheduling.volcano.sh", "v1beta1", "podgroups", True),
     Kind("scheduling.volcano.sh", "v1beta1", "queues", False),
     Kind("scheduling.x-k8s.io", "v1alpha1", "podgroups", True),
+    Kind("kueue.x-k8s.io", "v1beta2", "workloads", True),
+    Kind("kueue.x-k8s.io", "v1beta2", "localqueues", True),
+    Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", False),
+    Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", False),
+    Kind("kueue.x-k8s.io", "v1beta2", "cohorts", False),
 )
 
 

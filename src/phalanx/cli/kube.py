@@ -84,6 +84,13 @@ def scheduler(
     reservation_image: Annotated[
         str, typer.Option(help="Image of the reservation pods (runs `phalanx node reserve`).")
     ] = "phalanx:0.1.0",
+    kueue: Annotated[
+        str,
+        typer.Option(
+            help="Kueue users: 'auto' (coexist when a Kueue controller runs), 'coexist' (Kueue admits, "
+            "Phalanx places), 'migrate' (Phalanx enforces the ClusterQueues) or 'off'."
+        ),
+    ] = "auto",
     share_limit_env: Annotated[
         bool,
         typer.Option(
@@ -102,6 +109,8 @@ def scheduler(
             raise SpecError("--lease-duration", f"must be >= 1 second, got {lease_duration}")
         if bind_workers < 1:
             raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
+        if kueue not in ("auto", "coexist", "migrate", "off"):
+            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
         if gpu_shares not in ("off", "reservation"):
             raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
         cfg = AdapterConfig(
@@ -117,6 +126,7 @@ def scheduler(
             reservation_namespace=reservation_namespace,
             reservation_image=reservation_image,
             share_limit_env=share_limit_env,
+            kueue=kueue,
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
@@ -149,13 +159,19 @@ def status(
         str, typer.Option(help="Profile the scheduler runs (for the reasons).")
     ] = "phalanx-queues",
     topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
+    kueue: Annotated[
+        str, typer.Option(help="Kueue mode the scheduler runs with (see `scheduler --help`).")
+    ] = "auto",
 ) -> None:
     """Queues, which GPU holds which pods, fractions or slices, and pending workloads with reasons."""
     with user_errors():
+        if kueue not in ("auto", "coexist", "migrate", "off"):
+            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
             levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
+            kueue=kueue,
         )
         load_profile(profile)
         api = _connect(kubeconfig, in_cluster)

@@ -345,6 +345,8 @@ class Workload:
     checkpoint_interval: float = 0.0
     # expected run time, for backfilling onto reserved capacity and shortest-remaining-first
     estimated_runtime: float | None = None
+    # admitted by another system that owns its quota (Kueue): quota admission does not apply
+    quota_exempt: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

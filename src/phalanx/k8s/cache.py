@@ -194,6 +194,8 @@ class Informers(threading.Thread):
                 if inf is not None and inf.gone:
                     del self.running[k.key]
                     inf = None
+                if k.superseded_by and k.superseded_by in served:
+                    continue  # the newer version is watched instead
                 if k.key in served or not k.optional:
                     if inf is None:
                         if k.key in self.absent:

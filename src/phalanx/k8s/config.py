@@ -38,6 +38,9 @@ class AdapterConfig:
     reservation_priority_class: str = "phalanx-gpu-reservation"
     reservation_timeout_s: float = 120.0  # a reservation pod without a GPU by then is deleted
     share_limit_env: bool = False  # also write HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / _SM_LIMIT
+    # Kueue users (phalanx.k8s.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
+    # "migrate" (Phalanx enforces the ClusterQueues) or "off"
+    kueue: str = "auto"
     extra: dict[str, str] = field(default_factory=dict)
 
 

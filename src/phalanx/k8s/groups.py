@@ -37,6 +37,7 @@ class Group:
     preemptible: bool | None = None
     checkpoint_interval: float | None = None
     estimated_runtime: float | None = None
+    exempt: bool = False  # admitted by Kueue: its quota is Kueue's
 
 
 def group_pods(pods: list[PodInfo], pod_groups: list[dict[str, Any]]) -> list[Group]:
@@ -176,6 +177,7 @@ def workload_of(g: Group, queue: str) -> Workload:
         or 0.0,
         estimated_runtime=g.estimated_runtime
         or _seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
+        quota_exempt=g.exempt,
     )
 
 

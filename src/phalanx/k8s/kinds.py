@@ -21,6 +21,7 @@ class Kind:
     namespaced: bool
     kind: str = ""  # the object's `kind`, for Events and messages
     optional: bool = True
+    superseded_by: str = ""  # a newer version's key: this one is not watched while that one is served
 
     @property
     def key(self) -> str:
@@ -75,8 +76,40 @@ RESOURCE_CLAIM_TEMPLATES = Kind(
 )
 DRA = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 
+# Kueue (kueue.x-k8s.io): v1beta2 is the version current releases store; v1beta1 is still served
+_KUEUE = (
+    ("clusterqueues", False, "ClusterQueue"),
+    ("localqueues", True, "LocalQueue"),
+    ("resourceflavors", False, "ResourceFlavor"),
+    ("cohorts", False, "Cohort"),
+    ("workloads", True, "Workload"),
+)
+KUEUE: dict[str, tuple[Kind, Kind]] = {
+    kind: (
+        Kind("kueue.x-k8s.io", "v1beta2", plural, namespaced, kind),
+        Kind(
+            "kueue.x-k8s.io",
+            "v1beta1",
+            plural,
+            namespaced,
+            kind,
+            superseded_by=f"kueue.x-k8s.io/v1beta2/{plural}",
+        ),
+    )
+    for plural, namespaced, kind in _KUEUE
+}
+JOBS = Kind("batch", "v1", "jobs", True, "Job")  # Kueue's queue label is on the Job, not on its pods
+
 # what the scheduler watches, in the order informers start
-WATCHED: tuple[Kind, ...] = (NODES, PODS, *POD_GROUPS, *QUEUES, *DRA)
+WATCHED: tuple[Kind, ...] = (
+    NODES,
+    PODS,
+    *POD_GROUPS,
+    *QUEUES,
+    *DRA,
+    JOBS,
+    *(k for pair in KUEUE.values() for k in pair),
+)
 BY_KEY: dict[str, Kind] = {
     k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES, CONFIG_MAPS, SECRETS, WEBHOOK_CONFIGS)
 }

@@ -213,21 +213,35 @@ def _ours(res: str, milli_or_mib: float) -> Any:
     return f"{round(milli_or_mib)}Mi"
 
 
-def build_tree(objects: list[dict[str, Any]], default_queue: str) -> tuple[QueueTree | None, dict[str, str]]:
+def build_tree(
+    objects: list[dict[str, Any]], default_queue: str, extra: list[dict[str, Any]] | None = None
+) -> tuple[QueueTree | None, dict[str, str]]:
     """The tree of the valid Queue objects, and a message per queue left out (bad, or under a bad one).
 
     Ours win over the dialects on a name clash. None when there are no queues at all. Any
-    error of one queue (not only a SpecError) leaves that queue out, never the cycle.
+    error of one queue (not only a SpecError) leaves that queue out, never the cycle. `extra`:
+    queue specs made elsewhere (Kueue's ClusterQueues and Cohorts, `phalanx.k8s.kueue`), after
+    the Queue objects on a name clash.
     """
     specs: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {}
+    for spec in extra or []:
+        name = str(spec["name"])
+        try:
+            build_queues([spec | {"parent": ""}], {}, f"Queue {name}: ")
+            specs[name] = spec
+        except SpecError as e:
+            problems[name] = _named(name, str(e))
     ordered = sorted(
         objects, key=lambda o: not str(o.get("apiVersion", "")).startswith("scheduling.phalanx.io")
     )
+    seen: set[str] = set()
     for obj in ordered:
         name = str((obj.get("metadata") or {}).get("name", ""))
-        if name in specs or name in problems:
+        if name in seen:
             continue
+        seen.add(name)
+        problems.pop(name, None)  # a Queue object of that name replaces a migrated one
         try:
             specs[name] = queue_spec(obj)
             build_queues([specs[name] | {"parent": ""}], {}, f"Queue {name}: ")  # the quotas on their own

@@ -32,6 +32,7 @@ from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
 from phalanx.k8s.kinds import (
     DEVICE_CLASSES,
+    JOBS,
     POD_GROUPS,
     QUEUES,
     RESOURCE_CLAIMS,
@@ -39,6 +40,8 @@ from phalanx.k8s.kinds import (
     WATCHED,
     keys_of,
 )
+from phalanx.k8s.kueue import Kueue
+from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
 from phalanx.k8s.shares import Shares
@@ -89,6 +92,7 @@ class Scheduler:
         self.assumed: dict[str, tuple[Bind, float]] = {}
         self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
         self.assume_ttl = 60.0
+        self.kueue_unhonoured: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -146,8 +150,9 @@ class Scheduler:
             self.store.items(RESOURCE_SLICES.key),
             self.store.items(RESOURCE_CLAIMS.key),
         )
+        kq, jobs = self._kueue()
         world = build_world(
-            self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra
+            self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra, kq, jobs
         )
         self.cycles += 1
         if self.cycles % 100 == 0:
@@ -202,6 +207,15 @@ class Scheduler:
                 seconds,
             )
         return StepReport(world, result, out)
+
+    def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]]]:
+        """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""
+        k, _ = load_kueue(self.store.items, self.cfg.kueue)
+        if k is not None and k.mode == "migrate" and k.unhonoured != self.kueue_unhonoured:
+            for line in k.unhonoured:
+                log.warning("Kueue migration: %s", line)
+            self.kueue_unhonoured = k.unhonoured
+        return k, {object_key(j): j for j in self.store.items(JOBS.key)}
 
     def _reservations(self, world: World, out: Outcome) -> None:
         """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""

@@ -16,7 +16,8 @@ from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.explain import describe
-from phalanx.k8s.kinds import POD_GROUPS, QUEUES, WATCHED
+from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED
+from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.world import World, build_world
 from phalanx.profiles import load_profile
 
@@ -34,7 +35,11 @@ def collect(api: Api, cfg: AdapterConfig) -> Status:
     objs = {k.key: api.list(k)[0] if k.key in served else [] for k in WATCHED}
     groups = [o for k in POD_GROUPS for o in objs[k.key]]
     queues = [o for k in QUEUES for o in objs[k.key]]
-    world = build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time())
+    kueue, _ = load_kueue(lambda key: objs.get(key, []), cfg.kueue)
+    jobs = {
+        f"{j['metadata'].get('namespace')}/{j['metadata'].get('name')}": j for j in objs.get(JOBS.key, [])
+    }
+    world = build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time(), kueue=kueue, jobs=jobs)
     return summarize(world, cfg)
 
 

@@ -26,12 +26,14 @@ from phalanx.core.model import MILLI, GpuKind, GpuRequest, Node
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import ForeignUsage, Snapshot
 from phalanx.k8s import keys
+from phalanx.k8s import kueue as kueue_keys
 from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import Contain, describe, label
 from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.groups import Group, group_pods, workload_of
+from phalanx.k8s.kueue import Kueue
 from phalanx.k8s.nodes import parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
 from phalanx.k8s.queues import build_tree
@@ -131,10 +133,14 @@ def build_world(
     now: float,
     memo: Translations | None = None,
     dra: DraObjects | None = None,
+    kueue: Kueue | None = None,
+    jobs: dict[str, dict[str, Any]] | None = None,
 ) -> World:
     memo = memo or Translations()
     contain = Contain()
     dra = dra or DraObjects()
+    if kueue is not None:
+        contain.problems.update(kueue.problems)
     devices = parse_slices(dra.slices, cfg.dra_nic_drivers) if dra.slices else Devices()
     contain.problems.update(devices.problems)
     parsed: list[Node] = []
@@ -151,7 +157,8 @@ def build_world(
             n = _with_dra(n, devices)
         parsed.append(n)
         ready[n.name] = _ready(obj)
-    tree, queue_problems = build_tree(queues, cfg.default_queue)
+    migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
+    tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
     local_pools = {(d.driver, d.pool) for devs in devices.by_node.values() for d in devs}
     snap = Snapshot(
         parsed,
@@ -195,6 +202,9 @@ def build_world(
     known = {n.name for n in parsed}
     for g in group_pods(ours, pod_groups):
         w.groups[g.name] = g
+        _job_parallelism(g, jobs or {})
+        if kueue is not None:
+            _kueue(g, kueue, jobs or {})
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
         queue = g.queue or cfg.default_queue
         if tree is not None and not tree.is_leaf(queue):
@@ -247,6 +257,70 @@ def build_world(
     queue_labels = {f"Queue {q}": msg for q, msg in queue_problems.items()}
     w.problems = contain.problems | queue_labels
     return w
+
+
+def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]]) -> None:
+    """A Job's pods are one gang of its parallelism (what is left of its completions), not of the pods
+    that happen to exist yet: the Job controller may still be making them."""
+    first = g.pods[0]
+    if (
+        g.pod_group is not None
+        or not first.owner
+        or first.owner[0] != "Job"
+        or g.name != f"{g.namespace}/Job/{first.owner[1]}"
+    ):
+        return
+    if keys.MIN_AVAILABLE in first.annotations or keys.KUEUE_GROUP_TOTAL in first.annotations:
+        return
+    job = jobs.get(f"{g.namespace}/{first.owner[1]}")
+    if job is None:
+        return
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    try:
+        need = int(spec.get("parallelism", 1))
+        if spec.get("completions") is not None:
+            need = min(need, int(spec["completions"]) - int(status.get("succeeded") or 0))
+    except (TypeError, ValueError):
+        return
+    if need > len(g.pods):
+        g.problems.append(
+            f"Job {g.namespace}/{first.owner[1]}: {len(g.pods)} of its {need} parallel pods exist; "
+            "waiting for the rest"
+        )
+    g.min_available = max(1, min(need, len(g.pods)))
+
+
+def _kueue(g: Group, k: Kueue, jobs: dict[str, dict[str, Any]]) -> None:
+    """What Kueue says of the group: wait for its admission, its queue, the nodes of its flavors."""
+    first = g.pods[0]
+    owners = [p.owner for p in g.pods if p.owner]
+    group = first.labels.get(kueue_keys.POD_GROUP_LABEL)
+    owners += [("PodGroup", group)] if group else []
+    owners += [("Pod", p.name) for p in g.pods]
+    label = first.labels.get(kueue_keys.QUEUE_LABEL, "")
+    if not label and first.owner and first.owner[0] == "Job":
+        job = jobs.get(f"{g.namespace}/{first.owner[1]}") or {}
+        label = str(((job.get("metadata") or {}).get("labels") or {}).get(kueue_keys.QUEUE_LABEL, ""))
+    own = g.queue if g.queue and g.queue != label else ""
+    d = kueue_keys.decide(k, g.namespace, list(dict.fromkeys(owners)), label, own)
+    if d.problem:
+        g.problems.append(d.problem)
+        return
+    if d.queue is not None:
+        g.queue = d.queue
+    elif label and g.queue == label:
+        g.queue = ""  # a LocalQueue name is not a Phalanx queue: the default queue
+    g.exempt = d.exempt
+    if d.terms:
+        g.pods = [
+            replace(
+                p,
+                request=replace(
+                    p.request, node_affinity=kueue_keys.combine(p.request.node_affinity, d.terms)
+                ),
+            )
+            for p in g.pods
+        ]
 
 
 def _apply_plans(g: Group, w: World, contain: Contain) -> None:

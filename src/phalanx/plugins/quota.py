@@ -34,7 +34,7 @@ class QuotaCheck:
     def admit(self, session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
         s = session.snapshot
         tree = s.queues
-        if tree is None:
+        if tree is None or entry.workload.quota_exempt:
             return None
         ask = session.request_of(tasks)
         q = entry.workload.queue
