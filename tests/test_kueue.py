@@ -253,3 +253,11 @@ spec: {clusterQueue: cluster-queue}
     tree = tree_of(k)
     assert tree.deserved["cluster-queue"][CPU] == 9000 and tree.ceiling("cluster-queue")[CPU] == 9000
     assert k.node_terms(("default-flavor",)) == ()  # a flavor without node labels: every node
+
+
+def test_v1beta1_cohort_field_is_read_too() -> None:
+    """Where only v1beta1 is served a ClusterQueue names its cohort in `spec.cohort`."""
+    old = cq("team-a-cq", flavors=[flavor("f", nvidia_com_gpu=2)]) | {"apiVersion": "kueue.x-k8s.io/v1beta1"}
+    old["spec"]["cohort"] = "team-ab"
+    tree = tree_of(parse(objs(ClusterQueue=[old]), "migrate"))
+    assert tree.queues["team-a-cq"].parent == "team-ab"
