@@ -101,6 +101,13 @@ def simulate(
     ] = 0.0,
     throughputs: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
     durations: Annotated[Path | None, typer.Option(help="Synergy per-job run times CSV.")] = None,
+    eta_every: Annotated[
+        int,
+        typer.Option(
+            help="Time replay: forecast the start of every n-th job that waits when it arrives and report "
+            "the forecast's error (-1: about 500 forecasts per replay; 0: off)."
+        ),
+    ] = -1,
     fgd_results: Annotated[
         Path | None, typer.Option(help="The FGD authors' analysis_allo_discrete.csv.")
     ] = None,
@@ -111,6 +118,10 @@ def simulate(
         seeds = parse_seeds(seed)
         if load <= 0:
             raise SpecError("--load", f"must be > 0, got {load}")
+        if eta_every < -1:
+            raise SpecError(
+                "--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}"
+            )
         if not checkpoint_interval >= 0 or not half_life >= 0:
             raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
         fgd_exps: list[FgdExperiment] = []
@@ -148,6 +159,7 @@ def simulate(
                     None,
                     checkpoint_interval,
                     half_life,
+                    eta_every,
                 )
             )
         else:
@@ -187,6 +199,7 @@ def simulate(
                         cl.queues,
                         checkpoint_interval,
                         half_life,
+                        eta_every,
                     )
                 )
         out.mkdir(parents=True, exist_ok=True)
@@ -246,6 +259,13 @@ REPLAY_HEALTH = {
     "lost_gpu_h_preempt": "GPU-h lost",
     "jain_index": "Jain",
 }
+REPLAY_ETA = {
+    "eta_forecasts": "forecasts",
+    "eta_no_time": "no time",
+    "eta_median_abs_s": "median |error| s",
+    "eta_mae_s": "mean |error| s",
+    "eta_bias_s": "bias s",
+}
 
 
 def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
@@ -258,6 +278,13 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
         rows = rep.summary_rows()
         _table(console, f"Time replay: {rep.name}", rows, REPLAY_SHOW)
         _table(console, f"Time replay: {rep.name}, gangs and queues", rows, REPLAY_HEALTH)
+        if any(r.get("eta_forecasts") for r in rows):
+            _table(
+                console,
+                f"Time replay: {rep.name}, start forecast at arrival vs actual start",
+                rows,
+                REPLAY_ETA,
+            )
 
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:

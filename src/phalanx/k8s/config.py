@@ -41,6 +41,8 @@ class AdapterConfig:
     # Kueue users (phalanx.k8s.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
     # "migrate" (Phalanx enforces the ClusterQueues) or "off"
     kueue: str = "auto"
+    # seconds per cycle for start forecasts and "fits now if" checks of waiting workloads (0: off)
+    forecast_budget_s: float = 0.2
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -144,8 +144,10 @@ class Explainer:
         pod_objects: dict[str, dict[str, Any]],
         our_queues: set[str] = frozenset(),  # type: ignore[assignment]
         left_out: dict[str, dict[str, Any]] | None = None,
+        insight: dict[str, str] | None = None,
     ) -> None:
-        """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label."""
+        """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label;
+        `insight`: per waiting workload, its start forecast and what would start it now."""
         budget = [self.max_events]
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
@@ -184,6 +186,8 @@ class Explainer:
             if group is None:
                 continue
             text = describe(pend)
+            if insight and pend.workload in insight:
+                text = f"{text}. {insight[pend.workload]}"
             for pod in group.pods:
                 if not pod.node and pod.key in pod_objects:
                     self._event(pod.key, pod_objects[pod.key], "FailedScheduling", text, True, budget)

@@ -30,6 +30,7 @@ from phalanx.k8s.contain import label
 from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
+from phalanx.k8s.insight import RunTimes, insights
 from phalanx.k8s.kinds import (
     DEVICE_CLASSES,
     JOBS,
@@ -93,6 +94,8 @@ class Scheduler:
         self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
         self.assume_ttl = 60.0
         self.kueue_unhonoured: list[str] = []
+        self.runtimes = RunTimes()
+        self.last_insight: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -194,7 +197,18 @@ class Scheduler:
             for o in objs
             if label(kind, o) in world.problems
         }
-        self.explainer.write(world, result, pod_objects, ours, left_out)
+        insight: dict[str, str] = {}
+        if self.cfg.forecast_budget_s > 0 and result.pending:
+            self.runtimes.observe(pods, self.cfg.default_queue)
+            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
+            try:
+                insight = insights(
+                    world.snapshot, self.profile, now, waiting, self.runtimes, self.cfg.forecast_budget_s
+                )
+            except Exception:  # a forecast is a courtesy: it never stops a cycle
+                log.exception("start forecast failed")
+        self.last_insight = insight
+        self.explainer.write(world, result, pod_objects, ours, left_out, insight)
         seconds = time.perf_counter() - t0
         self._metrics(world, result, out, seconds)
         if out.bound or out.evicted or out.broken:

@@ -16,6 +16,7 @@ from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.explain import describe
+from phalanx.k8s.insight import RunTimes, insights
 from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED
 from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.world import World, build_world
@@ -46,7 +47,6 @@ def collect(api: Api, cfg: AdapterConfig) -> Status:
 def summarize(world: World, cfg: AdapterConfig) -> Status:
     out = Status()
     s = world.snapshot
-    result = run_cycle(s, load_profile(cfg.profile), time.time(), np.random.default_rng(0))
     if world.tree is not None:
         demand = {
             q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
@@ -87,8 +87,17 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "held_by": ", ".join(holders.get((i, j), [])) or "-",
                 }
             )
+    # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
+    # (the tables above show the cluster as it is)
+    now = time.time()
+    prof = load_profile(cfg.profile)
+    result = run_cycle(s, prof, now, np.random.default_rng(0), apply=True)
+    waiting = [p.workload for p in result.pending if p.workload in s.workloads]
+    insight = insights(s, prof, now, waiting, RunTimes(), budget_s=1.0)
     for p in result.pending:
-        out.pending.append({"workload": p.workload, "why": describe(p)})
+        out.pending.append(
+            {"workload": p.workload, "why": describe(p), "forecast": insight.get(p.workload, "-")}
+        )
     for name, why in world.blocked.items():
         out.pending.append({"workload": name, "why": "; ".join(why)})
     out.problems += [world.problems[k] for k in sorted(world.problems)]

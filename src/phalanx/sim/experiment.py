@@ -114,6 +114,7 @@ class ReplayExperiment:
     queues: QueueTree | None = None
     checkpoint_interval: float = 300.0
     half_life: float = 0.0
+    eta_every: int = -1  # forecast every n-th waiting arrival; -1: about 500 forecasts per replay
     results: dict[str, ReplayResult] = field(default_factory=dict)
 
     def run(self, log: IO[str] | None = None, progress: Progress | None = None) -> None:
@@ -135,6 +136,7 @@ class ReplayExperiment:
                 queues=self.queues,
                 checkpoint_interval=self.checkpoint_interval,
                 half_life=self.half_life,
+                eta_every=self.eta_every if self.eta_every >= 0 else max(1, len(self.jobs) // 500),
             )
             if log is not None and buf is not None:
                 for line in buf.getvalue().splitlines():

@@ -26,6 +26,7 @@ import numpy as np
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.errors import SpecError
+from phalanx.core.forecast import forecast
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable
 from phalanx.core.model import Node
 from phalanx.core.profile import Profile
@@ -97,6 +98,13 @@ class ReplayResult:
     lost_preempt_gpu_s: float = 0.0
     lost_failure_gpu_s: float = 0.0
     large_gpus: int = 8
+    eta: dict[str, float | None] = field(default_factory=dict)  # job -> forecast start when it arrived
+
+    def eta_errors(self) -> np.ndarray:
+        """Forecast minus actual start (s) of the jobs forecast that started, and were forecast a time."""
+        started = {j.spec.name: j.start for j in self.jobs if j.start is not None}
+        errors = [t - started[n] for n, t in self.eta.items() if t is not None and n in started]
+        return np.array(errors, dtype=np.float64)
 
     def max_large_wait(self) -> float:
         """Longest wait of a gang of at least `large_gpus` GPUs (until the end for one never started)."""
@@ -138,7 +146,20 @@ class ReplayResult:
             "lost_gpu_h_failure": self.lost_failure_gpu_s / 3600,
             "max_wait_large_s": self.max_large_wait(),
             "jain_index": self.shares.mean_index() if self.shares is not None else math.nan,
+            **self._eta_summary(),
             "cycles": self.cycles,
+        }
+
+    def _eta_summary(self) -> dict[str, float | int]:
+        if not self.eta:
+            return {}
+        err = self.eta_errors()
+        return {
+            "eta_forecasts": len(self.eta),
+            "eta_no_time": sum(1 for v in self.eta.values() if v is None),
+            "eta_mae_s": float(np.abs(err).mean()) if len(err) else math.nan,
+            "eta_median_abs_s": float(np.median(np.abs(err))) if len(err) else math.nan,
+            "eta_bias_s": float(err.mean()) if len(err) else math.nan,
         }
 
     def time_avg_alloc(self) -> float:
@@ -171,8 +192,13 @@ def replay(
     estimates: bool = True,
     half_life: float = 0.0,
     large_gpus: int = 8,
+    eta_every: int = 0,
 ) -> ReplayResult:
-    """Replay `jobs`; `estimates`: workloads carry their trace duration as the run-time estimate."""
+    """Replay `jobs`; `estimates`: workloads carry their trace duration as the run-time estimate.
+
+    `eta_every`: forecast the start of every n-th job that has to wait when it arrives
+    (`phalanx.core.forecast`), to measure the forecast against when it really started.
+    """
     if queues is not None:
         for j in jobs:
             if not queues.is_leaf(j.queue):
@@ -204,6 +230,7 @@ def replay(
     finished = 0
     tick_at: list[float] = []
     rank_ticks: set[float] = set()
+    eta_seen = [0]  # jobs that had to wait when they arrived
     # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
     # of queue history: without them, skip the walk over every running workload each cycle
     timed = half_life > 0 or not all(getattr(o, "static", False) for o in profile.order)
@@ -332,6 +359,17 @@ def replay(
             )
         )
         shares.sample(now)
+        if eta_every > 0:
+            waiting = []
+            for ev in batch:
+                if ev.kind is Kind.ARRIVAL and ev.payload not in running:
+                    eta_seen[0] += 1
+                    if eta_seen[0] % eta_every == 0:
+                        waiting.append(ev.payload)
+            if waiting:
+                f = forecast(snap, profile, now, targets=set(waiting), max_steps=400)
+                for n in waiting:
+                    out.eta[n] = f.starts.get(n)
         changes = [o for o in profile.order if hasattr(o, "next_change")]
         if changes and snap.pending_workloads():
             # an order that changes with time run (LAS levels): a cycle when a running workload's
