@@ -4,6 +4,7 @@
     python benchmarks/bench_fidelity.py synergy                         # Synergy's two deployment traces
     python benchmarks/bench_fidelity.py gavel                           # Gavel's physical-cluster traces
     python benchmarks/bench_fidelity.py speed [--tiresias-sim DIR] [--jobs N]
+    python benchmarks/bench_fidelity.py eta [--every N]                 # start forecasts vs real starts
 
 Every replay runs with the runtime model off (a job runs exactly its trace duration) on a
 count-only cluster, as the peers' simulators do. `--tiresias-sim` names a folder holding
@@ -201,9 +202,41 @@ def speed(sim: Path | None, n_philly: int) -> None:
     print(f"\npeak RSS of this process: {rss:.0f} MiB")
 
 
+def eta(every: int) -> None:
+    """Forecast at arrival against the real start, with the runtime model on (as a user would run it)."""
+    from phalanx.cli.simulate import embedded_replay_cluster
+
+    n16, l16 = embedded_replay_cluster()
+    tj = tiresias.load_jobs(TRACES / "tiresias-samples" / "60_job.csv")
+    d = TRACES / "gavel-traces"
+    tput = gavel.load_throughputs(d / "simulation_throughputs.json")
+    gj = [j for f in sorted((d / "msr" / "seed=0").glob("*.trace")) for j in gavel.load_trace(f, tput)]
+    gn, gl = gavel.philly_cluster()
+    print(
+        "| trace | profile | jobs forecast | no time | median abs error (s) | mean abs error (s) | bias (s) "
+        "| avg wait (s) | wall (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, nodes, levels, jobs, n in (
+        ("Tiresias 60 jobs, 16 V100", n16, l16, tj, 1),
+        ("Gavel msr seed 0, 15,264 jobs, 500 V100", gn, gl, gj, every),
+    ):
+        for prof in ("phalanx", "fifo", "las"):
+            t = time.perf_counter()
+            res = replay(nodes, jobs, load_profile(prof), topology_levels=levels, eta_every=n)
+            s = res.summary()
+            cells = [f"{s['eta_forecasts']:,}", f"{s['eta_no_time']:,}", f"{s['eta_median_abs_s']:,.0f}"]
+            cells += [f"{s['eta_mae_s']:,.0f}", f"{s['eta_bias_s']:+,.0f}", f"{s['avg_wait_s']:,.0f}"]
+            print(
+                f"| {name} | {prof} | " + " | ".join(cells) + f" | {time.perf_counter() - t:.0f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["tiresias", "synergy", "gavel", "speed"])
+    ap.add_argument("what", choices=["tiresias", "synergy", "gavel", "speed", "eta"])
+    ap.add_argument("--every", type=int, default=50, help="eta: forecast every n-th waiting arrival (Gavel)")
     ap.add_argument("--tiresias-sim", type=Path, default=None, help="Tiresias' simulator folder (Python 3)")
     ap.add_argument("--jobs", type=int, default=82_000, help="jobs of the Philly-style trace")
     a = ap.parse_args()
@@ -213,6 +246,8 @@ def main() -> None:
         synergy_table()
     elif a.what == "gavel":
         gavel_table()
+    elif a.what == "eta":
+        eta(a.every)
     else:
         speed(a.tiresias_sim, a.jobs)
 

@@ -40,3 +40,44 @@ def kube(control_plane):
     k.cleanup()
     yield k
     k.close()
+
+
+@pytest.fixture(scope="session")
+def chrome():
+    """Headless Chromium through chromedriver (selenium), or a skip that says why not."""
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        why = "no Chromium" if not browser else "no chromedriver"
+        if os.environ.get("PHALANX_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"PHALANX_REQUIRE_BROWSER=1 but {why} (apt-get install chromium chromium-driver)")
+        pytest.skip(f"{why}: install Debian's chromium and chromium-driver for the browser tests")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    yield d
+    d.quit()
+
+
+@pytest.fixture
+def artifacts(tmp_path):
+    """Where screenshots go: $PHALANX_ARTIFACTS (kept by CI) or the test's tmp folder."""
+    from pathlib import Path
+
+    folder = Path(os.environ.get("PHALANX_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -131,9 +131,9 @@ def scheduler(
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
-    server = serve(port, s.metrics, s.ready)
+    server = serve(port, s.metrics, s.ready, s.board)
     logging.getLogger("phalanx.k8s").info(
-        "serving /metrics, /healthz and /readyz on port %d", server.server_port
+        "serving /metrics, /healthz, /readyz and the dashboard (/dashboard/) on port %d", server.server_port
     )
     signal.signal(signal.SIGTERM, lambda *_: s.stop())
     s.start()
@@ -233,3 +233,45 @@ def demo() -> None:
             f"{r.overpromised:g} GPUs promised twice, {r.idle_gpus:g} GPUs idle.",
             highlight=False,
         )
+
+
+def dashboard(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
+    ] = "phalanx",
+    profile: Annotated[
+        str, typer.Option(help="Profile the scheduler runs (for reasons and forecasts).")
+    ] = "phalanx-queues",
+    port: Annotated[int, typer.Option(help="Port to serve the dashboard on (0: any free port).")] = 8090,
+    interval: Annotated[float, typer.Option(help="Seconds between reads of the cluster.")] = 5.0,
+    kueue: Annotated[str, typer.Option(help="Kueue mode the scheduler runs with.")] = "auto",
+) -> None:
+    """Serve the dashboard read-only, e.g. from a laptop: http://localhost:PORT/dashboard/."""
+    import threading
+
+    from phalanx.k8s.board import Board
+    from phalanx.k8s.status import follow
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    with user_errors():
+        if interval <= 0:
+            raise SpecError("--interval", f"must be > 0, got {interval}")
+        if kueue not in ("auto", "coexist", "migrate", "off"):
+            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
+        load_profile(profile)
+        cfg = AdapterConfig(scheduler_name=scheduler_name, profile=profile, kueue=kueue)
+        api = _connect(kubeconfig, in_cluster)
+    board = Board(mode="read-only")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = serve(port, None, lambda: True, board)
+    typer.echo(f"dashboard: http://localhost:{server.server_port}/dashboard/ (read-only; Ctrl-C to stop)")
+    try:
+        follow(api, cfg, board, interval, stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from phalanx.cli.bench import bench_app
-from phalanx.cli.kube import demo, scheduler, status
+from phalanx.cli.kube import dashboard, demo, scheduler, status
 from phalanx.cli.node import node_app
 from phalanx.cli.schedule import schedule
 from phalanx.cli.simulate import simulate
@@ -20,6 +20,7 @@ app.add_typer(bench_app, name="bench")
 app.command("scheduler")(scheduler)
 app.command("status")(status)
 app.command("demo")(demo)
+app.command("dashboard")(dashboard)
 app.add_typer(node_app, name="node")
 app.command("webhook")(webhook)
 

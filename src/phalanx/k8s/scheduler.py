@@ -24,6 +24,7 @@ from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.profile import Profile
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api
+from phalanx.k8s.board import Board
 from phalanx.k8s.cache import Informers, Store, object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import label
@@ -95,6 +96,7 @@ class Scheduler:
         self.assume_ttl = 60.0
         self.kueue_unhonoured: list[str] = []
         self.runtimes = RunTimes()
+        self.board = Board(pool_label=cfg.pool_label)
         self.last_insight: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -209,6 +211,7 @@ class Scheduler:
                 log.exception("start forecast failed")
         self.last_insight = insight
         self.explainer.write(world, result, pod_objects, ours, left_out, insight)
+        self._board(world, result, out, binds, insight, now)
         seconds = time.perf_counter() - t0
         self._metrics(world, result, out, seconds)
         if out.bound or out.evicted or out.broken:
@@ -221,6 +224,37 @@ class Scheduler:
                 seconds,
             )
         return StepReport(world, result, out)
+
+    def _board(
+        self,
+        world: World,
+        result: CycleResult,
+        out: Outcome,
+        binds: dict[str, Bind],
+        insight: dict[str, str],
+        now: float,
+    ) -> None:
+        """The dashboard's view of this cycle: its decisions always, the whole state while someone looks."""
+        b = self.board
+        for task in out.bound:
+            bind = binds.get(task)
+            b.remember(
+                now,
+                "bound",
+                task,
+                bind.node if bind else "",
+                f"GPUs {list(bind.gpus)}" if bind and bind.gpus else "",
+            )
+        for ev in result.evictions:
+            if ev.task in out.evicted:
+                b.remember(now, "evicted", ev.task, ev.node, ev.reason)
+        for workload, why in out.broken.items():
+            b.remember(now, "undone", workload, "", why)
+        if b.wanted():
+            try:
+                b.update(world, result, insight, now)
+            except Exception:  # the dashboard is a view: it never stops a cycle
+                log.exception("dashboard state failed")
 
     def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]]]:
         """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""

@@ -6,6 +6,8 @@ It lists the objects once, builds the same world the scheduler builds, and runs 
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -14,6 +16,7 @@ import numpy as np
 from phalanx.core.cycle import run_cycle
 from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.api import Api
+from phalanx.k8s.board import Board
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.explain import describe
 from phalanx.k8s.insight import RunTimes, insights
@@ -21,6 +24,8 @@ from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED
 from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.world import World, build_world
 from phalanx.profiles import load_profile
+
+log = logging.getLogger("phalanx.k8s")
 
 
 @dataclass
@@ -32,6 +37,11 @@ class Status:
 
 
 def collect(api: Api, cfg: AdapterConfig) -> Status:
+    return summarize(world_now(api, cfg), cfg)
+
+
+def world_now(api: Api, cfg: AdapterConfig) -> World:
+    """The world the scheduler would build from the cluster as it is now (one list of each kind)."""
     served = api.served(WATCHED)  # a kind the cluster lacks (CRD not installed) has no objects
     objs = {k.key: api.list(k)[0] if k.key in served else [] for k in WATCHED}
     groups = [o for k in POD_GROUPS for o in objs[k.key]]
@@ -40,8 +50,26 @@ def collect(api: Api, cfg: AdapterConfig) -> Status:
     jobs = {
         f"{j['metadata'].get('namespace')}/{j['metadata'].get('name')}": j for j in objs.get(JOBS.key, [])
     }
-    world = build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time(), kueue=kueue, jobs=jobs)
-    return summarize(world, cfg)
+    return build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time(), kueue=kueue, jobs=jobs)
+
+
+def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: threading.Event) -> None:
+    """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only.
+
+    Each round runs the cycle the scheduler would run (on a copy of the world, nothing is written)
+    so that waiting workloads show the reasons and forecasts the scheduler would give.
+    """
+    prof = load_profile(cfg.profile)
+    while not stop.is_set():
+        try:
+            world = world_now(api, cfg)
+            now = time.time()
+            result = run_cycle(world.snapshot, prof, now, np.random.default_rng(0), apply=True)
+            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
+            board.update(world, result, insights(world.snapshot, prof, now, waiting, RunTimes(), 1.0), now)
+        except Exception:  # an API hiccup: show the last state and try again
+            log.exception("could not read the cluster")
+        stop.wait(interval)
 
 
 def summarize(world: World, cfg: AdapterConfig) -> Status:

@@ -117,7 +117,10 @@ def queue_shares(exp: ReplayExperiment, path: Path, most: int = 6) -> Path:
             ax.step(t, use[:, q], where="post", lw=1.0, color=color, label=sh.leaves[q])
             ax.step(t, fair[:, q], where="post", lw=0.8, ls="--", color=color)
         ax.set_ylabel("GPUs")
-        ax.set_title(f"{prof}: Jain {sh.mean_index():.2f}", fontsize=9)
+        j = sh.mean_index()
+        ax.set_title(
+            f"{prof}: Jain {j:.2f}" if j == j else f"{prof} (one queue wanted GPUs at a time)", fontsize=9
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("time (h)")

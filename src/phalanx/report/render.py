@@ -1,42 +1,60 @@
-"""Write an experiment run to its out directory: metrics CSV, decision log, plots, index.html."""
+"""Write an experiment run to its out directory: metrics CSV, decision log, plots, index.html.
+
+The page opens with one paragraph that says what was compared and what won; tables have
+human column names with units, scroll inside their box instead of running off the page, say
+why a value is missing instead of printing `nan`, and show counts without decimals; plots sit
+on a grid. It shares its style sheet with the live dashboard (`phalanx.web`).
+"""
 
 from __future__ import annotations
 
 import csv
 import html
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from phalanx.report import plots
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
+from phalanx.web import asset
 
-FGD_COLS = [
-    "alloc_x50",
-    "alloc_x90",
-    "alloc_x100",
-    "alloc_x130",
-    "frag_rate_x50",
-    "frag_rate_x90",
-    "failed_pods",
-]
-REPLAY_COLS = [
-    "completed",
-    "avg_jct_s",
-    "median_jct_s",
-    "p95_jct_s",
-    "avg_wait_s",
-    "p95_wait_s",
-    "makespan_s",
-    "gpu_alloc_pct",
-    "deadlocked",
-    "starved",
-    "restarts",
-    "max_wait_large_s",
-    "evictions",
-    "lost_gpu_h_preempt",
-    "jain_index",
-]
+# column -> (label, kind): kind says how to show it (pct, s, count, gpuh, ratio)
+FGD_COLS = {
+    "alloc_x50": ("GPUs allocated, 50 % load", "pct"),
+    "alloc_x90": ("GPUs allocated, 90 % load", "pct"),
+    "alloc_x100": ("GPUs allocated, 100 % load", "pct"),
+    "alloc_x130": ("GPUs allocated, 130 % load", "pct"),
+    "frag_rate_x50": ("idle GPU fragmented, 50 % load", "pct"),
+    "frag_rate_x90": ("idle GPU fragmented, 90 % load", "pct"),
+    "failed_pods": ("pods that found no place", "count"),
+}
+REPLAY_COLS = {
+    "completed": ("jobs completed", "count"),
+    "avg_jct_s": ("average JCT", "s"),
+    "median_jct_s": ("median JCT", "s"),
+    "p95_jct_s": ("95th percentile JCT", "s"),
+    "avg_wait_s": ("average wait", "s"),
+    "p95_wait_s": ("95th percentile wait", "s"),
+    "makespan_s": ("makespan", "s"),
+    "gpu_alloc_pct": ("GPUs allocated (time average)", "pct"),
+    "deadlocked": ("deadlocked jobs", "count"),
+    "starved": ("starved jobs", "count"),
+    "restarts": ("restarts", "count"),
+    "max_wait_large_s": ("longest wait of an 8+ GPU job", "s"),
+    "evictions": ("evictions", "count"),
+    "lost_gpu_h_preempt": ("GPU-hours lost to preemption", "gpuh"),
+    "jain_index": ("Jain's fairness index", "ratio"),
+    "eta_median_abs_s": ("start forecast: median error", "s"),
+    "eta_bias_s": ("start forecast: mean bias", "s"),
+}
+MISSING = {
+    "makespan_s": "not every job completed",
+    "jain_index": "never two queues wanting GPUs",
+    "max_wait_large_s": "no job of 8+ GPUs",
+    "eta_median_abs_s": "no forecast made",
+    "eta_bias_s": "no forecast made",
+}
 
 
 def slug(name: str) -> str:
@@ -67,8 +85,11 @@ def render(
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, object]] = []
     sections: list[str] = []
+    verdicts: list[str] = []
     for e in fgd:
-        rows += e.summary_rows()
+        summary = e.summary_rows()
+        rows += summary
+        verdicts.append(_fgd_verdict(e.name, summary))
         a = plots.fgd_allocation(e, out / f"fgd-alloc-{slug(e.name)}.png")
         f = plots.fgd_fragmentation(e, out / f"fgd-frag-{slug(e.name)}.png")
         ref = e.reference_curves()
@@ -80,21 +101,32 @@ def render(
         sections.append(
             _section(
                 f"FGD protocol: {e.name}",
-                f"{len(e.nodes)} nodes, {len(e.pods)} pods in the list, tune {e.tune}, seeds "
-                f"{', '.join(map(str, e.seeds))}. {note}",
-                e.summary_rows(),
+                f"{len(e.nodes):,} nodes, {len(e.pods):,} pods in the list, submitted until "
+                f"{e.tune:g}x the GPU capacity; seeds {', '.join(map(str, e.seeds))}. {note}",
+                summary,
                 FGD_COLS,
-                [a.name, f.name],
+                [(a.name, "GPU allocation against arrived load"), (f.name, "Fragmented share of idle GPU")],
             )
         )
     for r in replays:
-        rows += r.summary_rows()
-        imgs = [
-            plots.jct_cdf(r, out / f"jct-cdf-{slug(r.name)}.png").name,
-            plots.gpu_over_time(r, out / f"gpu-time-{slug(r.name)}.png").name,
-            plots.wait_by_queue(r, out / f"wait-queue-{slug(r.name)}.png").name,
-            plots.queue_shares(r, out / f"queue-share-{slug(r.name)}.png").name,
+        summary = r.summary_rows()
+        rows += summary
+        verdicts.append(_replay_verdict(r.name, summary))
+        figs = [
+            (plots.jct_cdf(r, out / f"jct-cdf-{slug(r.name)}.png").name, "Job completion times"),
+            (plots.gpu_over_time(r, out / f"gpu-time-{slug(r.name)}.png").name, "GPUs allocated over time"),
         ]
+        if len({j.queue for j in r.jobs}) > 1:  # one queue: nothing to compare between queues
+            figs += [
+                (
+                    plots.wait_by_queue(r, out / f"wait-queue-{slug(r.name)}.png").name,
+                    "Waiting time per queue",
+                ),
+                (
+                    plots.queue_shares(r, out / f"queue-share-{slug(r.name)}.png").name,
+                    "Queue use against fair share",
+                ),
+            ]
         rt = r.runtime.spec
         factors = ", ".join(
             f"{n} {'on' if getattr(rt, n).enabled else 'off'}" for n in ("spread", "cache", "sharing")
@@ -102,62 +134,126 @@ def render(
         sections.append(
             _section(
                 f"Time replay: {r.name}",
-                f"{len(r.jobs)} jobs on {len(r.nodes)} nodes "
-                f"({sum(len(n.gpus) for n in r.nodes)} GPUs). Runtime model: {factors}. Jobs without "
+                f"{len(r.jobs):,} jobs on {len(r.nodes):,} nodes "
+                f"({sum(len(n.gpus) for n in r.nodes):,} GPUs). Runtime model: {factors}. Jobs without "
                 f"checkpoint times checkpoint every {r.checkpoint_interval:g} s; an evicted job loses the "
-                "work since its last one. Jain's index: usage / fair share over the queues that want "
-                "GPUs, time-averaged while two or more do (1 = fair). Large gangs: 8+ GPUs.",
-                r.summary_rows(),
+                "work since its last one. Jain's index: usage / fair share over the queues that want GPUs, "
+                "time-averaged while two or more do (1 = fair). Start forecast: made when a job arrives "
+                "and has to wait, compared with when it started.",
+                summary,
                 REPLAY_COLS,
-                imgs,
+                figs,
             )
         )
     write_metrics(rows, out / "metrics.csv")
-    page = _page(title, sections, notes)
+    (out / "style.css").write_bytes(asset("style.css"))
     index = out / "index.html"
-    index.write_text(page)
+    index.write_text(_page(title, verdicts, sections, notes))
     return index
 
 
+def _best(rows: list[dict[str, object]], key: str, high: bool) -> tuple[str, float, list[tuple[str, float]]]:
+    vals = []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, int | float) and v == v:
+            vals.append((str(r["profile"]), float(v)))
+    vals.sort(key=lambda x: -x[1] if high else x[1])
+    return (vals[0][0], vals[0][1], vals[1:]) if vals else ("", math.nan, [])
+
+
+def _fgd_verdict(name: str, rows: list[dict[str, object]]) -> str:
+    who, v, rest = _best(rows, "alloc_x100", high=True)
+    if not who:
+        return ""
+    runner = f", ahead of {rest[0][0]} ({rest[0][1]:.1f} %)" if rest else ""
+    return f"On the FGD protocol ({name}), {who} allocates the most GPUs at full load: {v:.1f} %{runner}."
+
+
+def _replay_verdict(name: str, rows: list[dict[str, object]]) -> str:
+    who, v, rest = _best(rows, "avg_jct_s", high=False)
+    if not who:
+        return ""
+    if rest:
+        other, ov = rest[0]
+        return (
+            f"In the time replay of {name}, {who} has the lowest average job completion time, {_seconds(v)}, "
+            f"{100 * (ov - v) / ov:.0f} % below {other} ({_seconds(ov)})."
+        )
+    return f"In the time replay of {name}, {who} has an average job completion time of {_seconds(v)}."
+
+
+def _seconds(v: float) -> str:
+    if v >= 86400:
+        return f"{v / 86400:,.1f} days"
+    if v >= 3600:
+        return f"{v / 3600:,.1f} h"
+    return f"{v:,.0f} s"
+
+
 def _section(
-    heading: str, intro: str, rows: list[dict[str, object]], cols: list[str], images: list[str]
+    heading: str,
+    intro: str,
+    rows: list[dict[str, object]],
+    cols: dict[str, tuple[str, str]],
+    figures: list[tuple[str, str]],
 ) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["profile", *cols])
+    shown = [c for c in cols if any(c in r for r in rows)]
+    head = "<th>profile</th>" + "".join(
+        f'<th class="num">{html.escape(cols[c][0])}{_unit(cols[c][1])}</th>' for c in shown
+    )
     body = ""
     for r in rows:
-        cells = "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in ["profile", *cols])
-        body += f"<tr>{cells}</tr>"
-    imgs = "".join(f'<img src="{html.escape(i)}" alt="{html.escape(i)}">' for i in images)
+        cells = "".join(f'<td class="num">{html.escape(_fmt(c, cols[c][1], r.get(c)))}</td>' for c in shown)
+        body += f"<tr><td>{html.escape(str(r['profile']))}</td>{cells}</tr>"
+    figs = "".join(
+        f'<figure><img src="{html.escape(src)}" alt="{html.escape(cap)}">'
+        f"<figcaption>{html.escape(cap)}</figcaption></figure>"
+        for src, cap in figures
+    )
     return (
         f"<section><h2>{html.escape(heading)}</h2><p>{html.escape(intro)}</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        f'<div class="imgs">{imgs}</div></section>'
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        f'<div class="grid">{figs}</div></section>'
     )
 
 
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        if v != v:  # nan
-            return "-"
-        return f"{v:,.2f}"
-    return "" if v is None else str(v)
+def _unit(kind: str) -> str:
+    return {"pct": " (%)", "s": " (s)", "gpuh": " (GPU-h)"}.get(kind, "")
 
 
-def _page(title: str, sections: list[str], notes: Sequence[str]) -> str:
+def _fmt(col: str, kind: str, v: object) -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, float) and v != v:
+        return f"n/a: {MISSING.get(col, 'not measured')}"
+    if not isinstance(v, int | float):
+        return str(v)
+    if kind == "count":
+        return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
+    if kind == "pct":
+        return f"{v:.1f}"
+    if kind == "ratio":
+        return f"{v:.3f}"
+    if kind == "gpuh":
+        return f"{v:,.1f}"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
+
+
+def _page(title: str, verdicts: list[str], sections: list[str], notes: Sequence[str]) -> str:
+    lead = " ".join(html.escape(v) for v in verdicts if v)
     note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; max-width: 1100px; color: #222; }}
-table {{ border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }}
-th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: right; }}
-th:first-child, td:first-child {{ text-align: left; }}
-.imgs img {{ max-width: 49%; margin: 0.2rem; border: 1px solid #eee; }}
-section {{ margin-bottom: 2rem; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<ul>{note_html}</ul>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title><link rel="stylesheet" href="style.css"><link rel="icon" href="data:,">
+</head><body>
+<header><h1>{html.escape(title)}</h1></header>
+<main>
+<p class="lead" id="verdict">{lead}</p>
+<section><h2>Inputs</h2><ul>{note_html}</ul>
+<p class="note">Files: <a href="metrics.csv">metrics.csv</a> (every figure below),
+<a href="decisions.jsonl">decisions.jsonl</a> (every decision).</p></section>
 {"".join(sections)}
-<p>Files: <a href="metrics.csv">metrics.csv</a>, <a href="decisions.jsonl">decisions.jsonl</a>.</p>
-</body></html>
+</main></body></html>
 """
