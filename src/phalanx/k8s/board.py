@@ -10,6 +10,7 @@ Read-only: nothing here writes to the cluster.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.explain import describe
 from phalanx.k8s.world import World
 
+log = logging.getLogger("phalanx.k8s")
 WANTED_FOR_S = 60.0
 
 
@@ -34,6 +36,7 @@ class Board:
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=200))
     lock: threading.Lock = field(default_factory=threading.Lock)
     asked: float = 0.0
+    building: threading.Event = field(default_factory=threading.Event)
     _state: dict[str, Any] = field(default_factory=dict)
     _details: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -55,6 +58,28 @@ class Board:
         with self.lock:
             d = self._details.get(f"{kind}/{name}")
         return None if d is None else json.dumps(d, separators=(",", ":")).encode()
+
+    def update_later(
+        self, world: World, result: CycleResult | None, insight: dict[str, str], now: float
+    ) -> None:
+        """Build the state on a thread of its own (0.4 s at 5,000 nodes): the cycle does not wait.
+
+        The world is the cycle's and is not changed after it; while a build runs, newer cycles are
+        skipped rather than queued.
+        """
+        if self.building.is_set():
+            return
+        self.building.set()
+
+        def run() -> None:
+            try:
+                self.update(world, result, insight, now)
+            except Exception:
+                log.exception("dashboard state failed")
+            finally:
+                self.building.clear()
+
+        threading.Thread(target=run, name="dashboard", daemon=True).start()
 
     def update(self, world: World, result: CycleResult | None, insight: dict[str, str], now: float) -> None:
         state, details = build(world, result, insight, now, self.pool_label)

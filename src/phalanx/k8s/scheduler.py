@@ -251,10 +251,7 @@ class Scheduler:
         for workload, why in out.broken.items():
             b.remember(now, "undone", workload, "", why)
         if b.wanted():
-            try:
-                b.update(world, result, insight, now)
-            except Exception:  # the dashboard is a view: it never stops a cycle
-                log.exception("dashboard state failed")
+            b.update_later(world, result, insight, now)  # a view: built aside, never holds up a cycle
 
     def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]]]:
         """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""
