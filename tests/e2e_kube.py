@@ -94,6 +94,8 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         "ResourceFlavor": "resourceflavors",
         "Cohort": "cohorts",
         "Workload": "workloads",
+        "Secret": "secrets",
+        "Dataset": "datasets",
     }[obj["kind"]]
     namespaced = obj["kind"] not in CLUSTER_SCOPED
     return Kind(group, version, plural, namespaced, obj["kind"])
@@ -235,6 +237,7 @@ CLEAN = (
     PDBS,
     Kind("scheduling.phalanx.io", "v1alpha1", "podgroups", True),
     Kind("scheduling.phalanx.io", "v1alpha1", "queues", False),
+    Kind("scheduling.phalanx.io", "v1alpha1", "datasets", True),
     Kind("scheduling.run.ai", "v2alpha2", "podgroups", True),
     Kind("scheduling.run.ai", "v2", "queues", False),
     Kind("scheduling.volcano.sh", "v1beta1", "podgroups", True),

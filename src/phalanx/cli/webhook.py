@@ -38,8 +38,14 @@ def webhook(
         list[str] | None, typer.Option(help="Extra DNS name or IP for a made certificate (repeatable).")
     ] = None,
     check_seconds: Annotated[float, typer.Option(help="Seconds between certificate checks.")] = 3600.0,
+    dataset_root: Annotated[
+        str, typer.Option(help="The dataset cache folder on the nodes (phalanx cache --root).")
+    ] = AdapterConfig.dataset_root,
+    dataset_mount: Annotated[
+        str, typer.Option(help="Where a pod sees its dataset: <this>/<dataset name>.")
+    ] = AdapterConfig.dataset_mount,
 ) -> None:
-    """Serve the admission webhook for GPU shares (deploy/webhook.yaml)."""
+    """Serve the admission webhook: GPU shares, and dataset mounts (deploy/gpu-shares.yaml)."""
     from phalanx.k8s.webhook import CertSource, Webhook
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -51,7 +57,11 @@ def webhook(
             raise SpecError("--check-seconds", f"must be > 0, got {check_seconds}")
         api = _connect(kubeconfig, in_cluster)
         source = CertSource(api, namespace, service, cert_dir, tuple(san or ()))
-        hook = Webhook(source, AdapterConfig(scheduler_name=scheduler_name), port=port)
+        for flag, value in (("--dataset-root", dataset_root), ("--dataset-mount", dataset_mount)):
+            if not value.startswith("/"):
+                raise SpecError(flag, f"must be an absolute path, got {value!r}")
+        cfg = AdapterConfig(scheduler_name=scheduler_name, dataset_root=dataset_root, dataset_mount=dataset_mount)
+        hook = Webhook(source, cfg, port=port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):

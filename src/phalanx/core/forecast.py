@@ -32,6 +32,7 @@ RuntimeOf = Callable[[WorkloadEntry], float | None]
 @dataclass
 class Forecast:
     starts: dict[str, float] = field(default_factory=dict)  # workload -> forecast start time
+    nodes: dict[str, list[int]] = field(default_factory=dict)  # workload -> the nodes it starts on
     unknown: dict[str, str] = field(default_factory=dict)  # workload -> why there is no time
     steps: int = 0
     complete: bool = True  # False: cut short by the budget; later starts may be missing
@@ -92,6 +93,7 @@ def forecast(
                 e = snap.workloads[name]
                 if e.is_ready and name in waiting and name not in out.starts:
                     out.starts[name] = t
+                    out.nodes[name] = sorted({a.node for a in e.bound.values()})
                     rt = runtime_of(e)
                     if rt is None:
                         blockers.append(name)

@@ -265,7 +265,10 @@ class Snapshot:
         if cached is not None:
             return cached
         size = self.datasets.get(dataset, 0)
-        values = [n.datasets.get(dataset, 0) for n in self.nodes]
+        # `namespace/name` as Kubernetes keys a Dataset; a bare name (a hand-written annotation,
+        # a trace) stands for that name in any namespace
+        bare = dataset.split("/", 1)[1] if "/" in dataset else dataset
+        values = [n.datasets.get(dataset, n.datasets.get(bare, 0)) for n in self.nodes]
         if size <= 0:
             size = max(values, default=0)
         frac = np.array([min(1.0, v / size) if size > 0 else 0.0 for v in values], dtype=np.float64)

@@ -11,6 +11,9 @@ GPU of the node; kubelet instead waits for the ConfigMap (it exists before the b
 
 HAMi's resources do not exist where HAMi's device plugin does not run (kubelet would refuse
 the pod), so they are moved to the equivalent KAI annotations, which ask for the same share.
+
+A pod that names a dataset (`phalanx.io/dataset`) gets the node's cached copy mounted read-only
+(docs/datasets.md: why a hostPath of type Directory, and not a CSI volume).
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from phalanx.core.errors import SpecError
 from phalanx.core.model import MILLI, GpuKind
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.pods import parse_pod
+from phalanx.k8s.pods import dataset_of, parse_pod
+from phalanx.spec.datasets import dataset_key
 
 HAMI_RESOURCES = (keys.HAMI_GPUMEM, keys.HAMI_GPUMEM_PERCENT, "nvidia.com/gpucores", keys.GPU_RESOURCE)
+DATASET_VOLUME = "phalanx-dataset"
+DATASET_ENV = "PHALANX_DATASET_DIR"
 _MAX_BASE = 40  # ConfigMap names stay well under 63 characters (some tools mount them as volumes)
 
 
@@ -70,12 +76,20 @@ def mutate(pod: dict[str, Any], namespace: str, cfg: AdapterConfig) -> dict[str,
     obj = json.loads(json.dumps(pod))
     meta = obj.setdefault("metadata", {})
     meta.setdefault("namespace", namespace)
+    where = f"pod {namespace}/{meta.get('name') or meta.get('generateName', '')}"
+    shared = _share(obj, namespace, cfg, where)
+    mounted = _mount_dataset(obj, namespace, cfg, where)
+    return obj if shared or mounted else None
+
+
+def _share(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:
+    """A GPU share: the ConfigMap reference (and HAMi's request moved to KAI's annotations)."""
+    meta = obj["metadata"]
     info = parse_pod(obj, cfg)
     gpu = info.request.gpu
     if gpu.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
-        return None
+        return False
     notes: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    where = f"pod {namespace}/{meta.get('name') or meta.get('generateName', '')}"
     targets = _share_containers(obj["spec"], notes, where)
     if any(_hami(c) for c in obj["spec"]["containers"]):
         for c in obj["spec"]["containers"]:
@@ -99,7 +113,42 @@ def mutate(pod: dict[str, Any], namespace: str, cfg: AdapterConfig) -> dict[str,
             refs.append({"configMapRef": {"name": name, "optional": False}})
     if parse_pod(obj, cfg).request.gpu != gpu:  # the moved HAMi request must ask for the same share
         raise SpecError(where, "could not carry the HAMi GPU request over to the stock device plugin")
-    return obj  # type: ignore[no-any-return]
+    return True
+
+
+def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:
+    """`phalanx.io/dataset`: the node's cached copy, read-only, at `<dataset_mount>/<name>` in every
+    container. The hostPath is of type Directory: the copy appears there in one rename once it is
+    complete and verified, and until then kubelet does not start the pod (FailedMount, retried)."""
+    notes = {str(k): str(v) for k, v in (obj["metadata"].get("annotations") or {}).items()}
+    key = dataset_of(notes, namespace)
+    if not key:
+        return False
+    w = f"{where}: annotation {keys.DATASET}"
+    ns, name = key.split("/", 1)
+    dataset_key(ns, name, w)
+    if ns != namespace:
+        raise SpecError(w, f"dataset {key!r} is in another namespace; a pod may use the Datasets of its own")
+    spec = obj["spec"]
+    volumes = spec.setdefault("volumes", [])
+    if any(v.get("name") == DATASET_VOLUME for v in volumes):
+        return False  # already mutated (a reinvocation)
+    path = f"{cfg.dataset_root.rstrip('/')}/ready/{key}"
+    volumes.append({"name": DATASET_VOLUME, "hostPath": {"path": path, "type": "Directory"}})
+    mount_path = f"{cfg.dataset_mount.rstrip('/')}/{name}"
+    for part in ("initContainers", "containers"):
+        for c in spec.get(part) or []:
+            if any(m.get("mountPath") == mount_path for m in c.get("volumeMounts") or []):
+                raise SpecError(f"{where}: container {c.get('name')}", f"already mounts something at {mount_path}")
+            c.setdefault("volumeMounts", []).append(
+                {"name": DATASET_VOLUME, "mountPath": mount_path, "readOnly": True}
+            )
+            env = c.setdefault("env", [])
+            if not any(e.get("name") == DATASET_ENV for e in env):
+                env.append({"name": DATASET_ENV, "value": mount_path})
+    return True
+
+
 
 
 def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
@@ -120,9 +169,12 @@ def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
     if new is None:
         return out
     patch = [
-        {"op": "add", "path": "/metadata/annotations", "value": new["metadata"]["annotations"]},
+        {"op": "add", "path": "/metadata/annotations", "value": new["metadata"].get("annotations") or {}},
         {"op": "replace", "path": "/spec/containers", "value": new["spec"]["containers"]},
     ]
+    for part in ("initContainers", "volumes"):
+        if new["spec"].get(part):
+            patch.append({"op": "add", "path": f"/spec/{part}", "value": new["spec"][part]})
     resp["patchType"] = "JSONPatch"
     resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     return out

@@ -43,6 +43,11 @@ class AdapterConfig:
     kueue: str = "auto"
     # seconds per cycle for start forecasts and "fits now if" checks of waiting workloads (0: off)
     forecast_budget_s: float = 0.2
+    # the dataset cache (`phalanx cache --root`) on every node, and where pods see their dataset
+    dataset_root: str = "/var/lib/phalanx/datasets"
+    dataset_mount: str = "/phalanx/datasets"
+    # seconds a staging request stays on a Node after the scheduler last wanted it (0: no requests)
+    stage_ahead_s: float = 600.0
     extra: dict[str, str] = field(default_factory=dict)
 
 

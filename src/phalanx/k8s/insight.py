@@ -69,6 +69,13 @@ def clock(start: float, now: float) -> str:
     return "around " + time.strftime(fmt, time.gmtime(rounded))
 
 
+@dataclass
+class Insight:
+    texts: dict[str, str] = field(default_factory=dict)  # waiting workload -> what the operator is told
+    starts: dict[str, float] = field(default_factory=dict)  # waiting workload -> forecast start
+    nodes: dict[str, list[int]] = field(default_factory=dict)  # waiting workload -> nodes it starts on
+
+
 def insights(
     snap: Snapshot,
     profile: Profile,
@@ -77,10 +84,10 @@ def insights(
     runtimes: RunTimes,
     budget_s: float = 0.2,
     max_whatif: int = 10,
-) -> dict[str, str]:
+) -> Insight:
     """A sentence per waiting workload: its forecast start, and what would start it now."""
     if not waiting:
-        return {}
+        return Insight()
     t0 = time.perf_counter()
 
     def runtime_of(e: WorkloadEntry) -> float | None:
@@ -99,4 +106,4 @@ def insights(
             if ifs:
                 text += "; " + "; ".join(ifs)
         out[name] = text
-    return out
+    return Insight(out, dict(f.starts), dict(f.nodes))

@@ -24,7 +24,9 @@ KAI_FRACTION_CONTAINER = "gpu-fraction-container-name"  # KAI: which container g
 
 # read by Phalanx
 DEVICE_TOPOLOGY = "phalanx.io/device-topology"  # node annotation, JSON (docs/kubernetes.md)
-CACHED_DATASETS = "phalanx.io/cached-datasets"  # node annotation, JSON {"name": "150Gi"}
+CACHED_DATASETS = "phalanx.io/cached-datasets"  # node annotation, JSON {"ns/name": "150Gi"}: ready copies
+STAGING_DATASETS = "phalanx.io/staging-datasets"  # node annotation, JSON {"ns/name": "<staged>/<total>"}
+STAGE_DATASETS = "phalanx.io/stage-datasets"  # node annotation by the scheduler: {"ns/name": "<workload>"}
 QUEUE = "phalanx.io/queue"
 POD_GROUP = "phalanx.io/pod-group"
 MIN_AVAILABLE = "phalanx.io/min-available"

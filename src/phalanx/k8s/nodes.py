@@ -78,6 +78,8 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
         if not isinstance(raw, dict):
             raise SpecError(w, 'expected a JSON object such as {"imagenet": "150Gi"}')
         datasets = {str(k): size_bytes(v, f"{w}.{k}") for k, v in raw.items()}
+    for key, (staged, _) in staging_datasets(notes, where).items():
+        datasets.setdefault(key, staged)  # being staged: counts as the part that is there
     try:
         return Node(
             name,
@@ -214,4 +216,40 @@ def _layout(
                     break
             else:
                 raise SpecError(where, f"{n} x {prof.name} do not fit on {n_gpus} MIG GPU(s)")
+    return out
+
+
+def staging_datasets(notes: dict[str, str], where: str) -> dict[str, tuple[int, int]]:
+    """`phalanx.io/staging-datasets`: dataset -> (bytes staged, total bytes)."""
+    text = notes.get(keys.STAGING_DATASETS)
+    if not text:
+        return {}
+    w = f"{where}: annotation {keys.STAGING_DATASETS}"
+    raw = _json(text, w)
+    if not isinstance(raw, dict):
+        raise SpecError(w, 'expected a JSON object such as {"ns/imagenet": "1073741824/161061273600"}')
+    out: dict[str, tuple[int, int]] = {}
+    for k, v in raw.items():
+        staged, sep, total = str(v).partition("/")
+        if not sep:
+            raise SpecError(f"{w}.{k}", f"expected '<staged bytes>/<total bytes>', got {v!r}")
+        out[str(k)] = (size_bytes(staged, f"{w}.{k}"), size_bytes(total, f"{w}.{k}"))
+    return out
+
+
+def dataset_sizes(objs: list[dict[str, Any]]) -> dict[str, int]:
+    """Each dataset's full size, as the nodes' caches report it (ready copies and stagings' totals)."""
+    out: dict[str, int] = {}
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        notes = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        where = f"node {meta.get('name', '')}"
+        try:
+            ready = _json(notes[keys.CACHED_DATASETS], where) if keys.CACHED_DATASETS in notes else {}
+            for k, v in (ready.items() if isinstance(ready, dict) else ()):
+                out[str(k)] = max(out.get(str(k), 0), size_bytes(v, where))
+            for k, (_, total) in staging_datasets(notes, where).items():
+                out[k] = max(out.get(k, 0), total)
+        except SpecError:
+            continue  # the node itself is left out, with this reason, by parse_node
     return out

@@ -94,7 +94,7 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         deleting=bool(meta.get("deletionTimestamp")),
         meta=meta,
     )
-    info.request = _request(spec, notes, cfg, where)
+    info.request = _request(spec, notes, cfg, where, ns)
     shared = info.request.gpu.kind in (GpuKind.FRACTION, GpuKind.MEMORY)
     if (
         cfg.gpu_shares == "reservation"
@@ -120,7 +120,9 @@ def _amounts(container: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, where: str) -> TaskRequest:
+def _request(
+    spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, where: str, namespace: str = "default"
+) -> TaskRequest:
     per: dict[str, list[Any]] = {}
     for c in spec.get("containers") or []:
         for k, v in _amounts(c).items():
@@ -165,11 +167,17 @@ def _request(spec: dict[str, Any], notes: dict[str, str], cfg: AdapterConfig, wh
             nic_same_pcie=notes.get(keys.RDMA_SAME_PCIE, "").lower() == "true",
             node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
             tolerations=tolerations,
-            dataset=notes.get(keys.DATASET, ""),
+            dataset=dataset_of(notes, namespace),
             node_affinity=_node_affinity(spec.get("affinity"), where),
         )
     except SpecError as e:
         raise e.located(where) from None
+
+
+def dataset_of(notes: dict[str, str], namespace: str) -> str:
+    """The pod's dataset as the caches key it: `namespace/name` (a bare name is in the pod's namespace)."""
+    name = notes.get(keys.DATASET, "").strip()
+    return name if not name or "/" in name else f"{namespace}/{name}"
 
 
 def _node_affinity(affinity: Any, where: str) -> tuple[NodeSelectorTerm, ...]:

@@ -31,7 +31,8 @@ from phalanx.k8s.contain import label
 from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
-from phalanx.k8s.insight import RunTimes, insights
+from phalanx.k8s.insight import Insight, RunTimes, insights
+from phalanx.k8s.staging import StageRequests
 from phalanx.k8s.kinds import (
     DEVICE_CLASSES,
     JOBS,
@@ -98,6 +99,7 @@ class Scheduler:
         self.runtimes = RunTimes()
         self.board = Board(pool_label=cfg.pool_label)
         self.last_insight: dict[str, str] = {}
+        self.staging = StageRequests(api, cfg.stage_ahead_s)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -199,17 +201,20 @@ class Scheduler:
             for o in objs
             if label(kind, o) in world.problems
         }
-        insight: dict[str, str] = {}
+        ahead = Insight()
         if self.cfg.forecast_budget_s > 0 and result.pending:
             self.runtimes.observe(pods, self.cfg.default_queue)
             waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
             try:
-                insight = insights(
+                ahead = insights(
                     world.snapshot, self.profile, now, waiting, self.runtimes, self.cfg.forecast_budget_s
                 )
             except Exception:  # a forecast is a courtesy: it never stops a cycle
                 log.exception("start forecast failed")
+        insight = ahead.texts
         self.last_insight = insight
+        if self.cfg.stage_ahead_s > 0:
+            self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
         self.explainer.write(world, result, pod_objects, ours, left_out, insight)
         self._board(world, result, out, binds, insight, now)
         seconds = time.perf_counter() - t0

@@ -34,7 +34,7 @@ from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.groups import Group, group_pods, workload_of
 from phalanx.k8s.kueue import Kueue
-from phalanx.k8s.nodes import parse_node
+from phalanx.k8s.nodes import dataset_sizes, parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod
 from phalanx.k8s.queues import build_tree
 from phalanx.k8s.shares import Slot, slot_of
@@ -163,6 +163,7 @@ def build_world(
     snap = Snapshot(
         parsed,
         topology_levels=[lv for lv, _ in cfg.levels],
+        datasets=dataset_sizes(nodes),
         queues=tree,
         dra_shared=devices.shared,
         dra_counter_sets=[cs for cs in devices.counter_sets if (cs.driver, cs.pool) not in local_pools],

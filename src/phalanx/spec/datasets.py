@@ -75,6 +75,8 @@ def parse_dataset(obj: dict[str, Any]) -> Dataset:
         )
     if not spec.source.split("://", 1)[1].strip("/"):
         raise SpecError(f"{where}: spec.source", f"{spec.source!r} names no bucket or path")
+    if not spec.read_only:
+        raise SpecError(f"{where}: spec.readOnly", "cached copies are read-only; readOnly: false is not supported")
     expected = None
     if spec.expected_size is not None:
         expected = size_bytes(spec.expected_size, f"{where}: spec.expectedSize")
