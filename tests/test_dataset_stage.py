@@ -42,7 +42,9 @@ def test_stage_from_s3_is_complete_and_verified(bucket, tmp_path: Path) -> None:
     assert all(len(f.etag) == 32 for f in files if f.size)  # single-part uploads: the ETag is an MD5
     folder = tmp_path / "staging"
     seen: list[int] = []
-    p = stager.stage(fs, files, folder, workers=4, report=lambda pr: seen.append(pr.done_bytes), checksum=True)
+    p = stager.stage(
+        fs, files, folder, workers=4, report=lambda pr: seen.append(pr.done_bytes), checksum=True
+    )
     assert p.done_files == len(objs) and p.done_bytes == sum(len(v) for v in objs.values())
     for rel, data in objs.items():
         assert (folder / rel).read_bytes() == data
@@ -82,7 +84,9 @@ def test_corrupt_partial_file_fails_the_checksum_and_is_dropped(bucket, tmp_path
     folder.mkdir()
     f = files[0]
     (folder / (f.rel + ".part")).write_bytes(b"\0" * 1000)  # a disk error left garbage behind
-    with pytest.raises(stager.StageError, match=r"shard-03.tar: checksum mismatch \(MD5 [0-9a-f]{32}, source ETag"):
+    with pytest.raises(
+        stager.StageError, match=r"shard-03.tar: checksum mismatch \(MD5 [0-9a-f]{32}, source ETag"
+    ):
         stager.stage(fs, files, folder, workers=2, checksum=True)
     assert not (folder / f.rel).exists() and not (folder / (f.rel + ".part")).exists()
     stager.stage(fs, files, folder, workers=2, checksum=True)  # the next try starts clean

@@ -46,7 +46,9 @@ def source(s3) -> Any:
     fs.rm(prefix, recursive=True)
 
 
-def _dataset(kube: Kube, s3: Any, prefix: str, name: str = "imagenet", nodes: list[str] | None = None) -> None:
+def _dataset(
+    kube: Kube, s3: Any, prefix: str, name: str = "imagenet", nodes: list[str] | None = None
+) -> None:
     data = {"AWS_ACCESS_KEY_ID": s3.key, "AWS_SECRET_ACCESS_KEY": s3.secret}
     kube.apply(
         {
@@ -56,7 +58,11 @@ def _dataset(kube: Kube, s3: Any, prefix: str, name: str = "imagenet", nodes: li
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
         }
     )
-    spec: dict[str, Any] = {"source": f"s3://{prefix}", "endpoint": s3.endpoint, "secretRef": {"name": "s3-creds"}}
+    spec: dict[str, Any] = {
+        "source": f"s3://{prefix}",
+        "endpoint": s3.endpoint,
+        "secretRef": {"name": "s3-creds"},
+    }
     if nodes:
         spec["nodes"] = nodes
     kube.apply(
@@ -73,12 +79,15 @@ def _agent(kube: Kube, node_name: str, root: Path, *extra: str) -> subprocess.Po
     args = ["cache", "--node-name", node_name, "--kubeconfig", str(kube.cp.kubeconfig), "--root", str(root)]
     args += ["--capacity", "1Gi", "--metrics-port", "0", "--interval", "0.2", *extra]
     return subprocess.Popen(
-        [sys.executable, "-m", "phalanx.cli.main", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "phalanx.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
 def _status(kube: Kube, name: str = "imagenet") -> dict[str, Any]:
-    return ((kube.get(DATASETS, name, "default") or {}).get("status") or {})
+    return (kube.get(DATASETS, name, "default") or {}).get("status") or {}
 
 
 def _md5s(folder: Path) -> dict[str, str]:
@@ -90,7 +99,11 @@ def _md5s(folder: Path) -> dict[str, str]:
 
 
 def test_dataset_staged_published_placed_and_mounted(
-    kube: Kube, s3: Any, source: Any, webhook: Any, tmp_path: Path  # noqa: F811
+    kube: Kube,
+    s3: Any,
+    source: Any,
+    webhook: Any,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     prefix, sums = source
     kube.api.create("nodes", node("gpu-a", gpus=8))
@@ -100,7 +113,9 @@ def test_dataset_staged_published_placed_and_mounted(
     agent = _agent(kube, "gpu-b", root, "--once")
     out, _ = agent.communicate(timeout=120)
     assert agent.returncode == 0, out
-    assert "staging default/imagenet (spec.nodes): 60 files" in out and "dataset default/imagenet ready" in out
+    assert (
+        "staging default/imagenet (spec.nodes): 60 files" in out and "dataset default/imagenet ready" in out
+    )
     # what the node and the Dataset say
     notes = (kube.api.get("nodes", "gpu-b") or {})["metadata"]["annotations"]
     total = sum(100_000 + 1_000 * i for i in range(60))
@@ -131,7 +146,9 @@ def test_dataset_from_another_namespace_is_refused(kube: Kube, webhook: Any) -> 
         kube.create(pod("thief", gpus=1, annotations={keys.DATASET: "kube-system/secrets"}))
 
 
-def test_agent_killed_mid_staging_resumes_and_verifies(kube: Kube, s3: Any, source: Any, tmp_path: Path) -> None:
+def test_agent_killed_mid_staging_resumes_and_verifies(
+    kube: Kube, s3: Any, source: Any, tmp_path: Path
+) -> None:
     prefix, sums = source
     kube.api.create("nodes", node("gpu-c", gpus=8))
     _dataset(kube, s3, prefix, nodes=["gpu-c"])
@@ -144,13 +161,18 @@ def test_agent_killed_mid_staging_resumes_and_verifies(kube: Kube, s3: Any, sour
         return len([p for p in staging.rglob("*.tar")]) >= 5 if staging.exists() else False
 
     wait_for("a few files verified", some_done, timeout=60)
-    wait_for("status says staging", lambda: (_status(kube).get("nodes") or {}).get("gpu-c", {}).get("state") == "staging")
+    wait_for(
+        "status says staging",
+        lambda: (_status(kube).get("nodes") or {}).get("gpu-c", {}).get("state") == "staging",
+    )
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     kept = {p.name for p in staging.rglob("*.tar")}
     partial = list(staging.rglob("*.part"))
     assert 5 <= len(kept) < 60 and not (root / "ready" / "default" / "imagenet").exists()
-    kept_bytes = sum(p.stat().st_size for p in staging.rglob("*.tar")) + sum(p.stat().st_size for p in partial)
+    kept_bytes = sum(p.stat().st_size for p in staging.rglob("*.tar")) + sum(
+        p.stat().st_size for p in partial
+    )
     second = _agent(kube, "gpu-c", root, "--once", "--checksum")
     out, _ = second.communicate(timeout=120)
     assert second.returncode == 0, out
@@ -203,7 +225,11 @@ def test_scheduler_asks_for_staging_ahead_of_a_waiting_gang(
             notes = (kube.api.get("nodes", "gpu-e") or {})["metadata"].get("annotations") or {}
             return json.loads(notes.get(keys.STAGE_DATASETS) or "{}")
 
-        wait_for("a staging request on gpu-e", lambda: requested() == {"default/imagenet": "default/next"}, timeout=30)
+        wait_for(
+            "a staging request on gpu-e",
+            lambda: requested() == {"default/imagenet": "default/next"},
+            timeout=30,
+        )
     agent = _agent(kube, "gpu-e", tmp_path / "cache-e", "--once")
     out, _ = agent.communicate(timeout=120)
     assert "staging default/imagenet (requested by the scheduler)" in out, out

@@ -18,7 +18,9 @@ from phalanx.spec.quantity import size_bytes
 
 
 def cache(
-    root: Annotated[Path, typer.Option(help="The cache folder on the node's NVMe (hostPath in the DaemonSet).")],
+    root: Annotated[
+        Path, typer.Option(help="The cache folder on the node's NVMe (hostPath in the DaemonSet).")
+    ],
     capacity: Annotated[str, typer.Option(help="Bytes the cache may hold, e.g. 3Ti.")],
     node_name: Annotated[
         str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
@@ -34,7 +36,9 @@ def cache(
     ] = "0",
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between looks when idle.")] = 5.0,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics port (0: off).")] = 9402,
-    once: Annotated[bool, typer.Option("--once", help="Look once (stage at most one dataset) and exit.")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Look once (stage at most one dataset) and exit.")
+    ] = False,
 ) -> None:
     """Stage Datasets onto this node's NVMe, evict least recently used ones, publish what is cached."""
     from phalanx.node.cacheagent import CacheAgent, Metrics, open_store

@@ -111,6 +111,14 @@ def simulate(
     fgd_results: Annotated[
         Path | None, typer.Option(help="The FGD authors' analysis_allo_discrete.csv.")
     ] = None,
+    data_cache: Annotated[
+        str,
+        typer.Option(
+            help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
+            "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
+            "the forecast places it), or all (the three, side by side). Default: off."
+        ),
+    ] = "",
 ) -> None:
     """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
     console = Console(stderr=True)
@@ -122,6 +130,10 @@ def simulate(
             raise SpecError(
                 "--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}"
             )
+        modes = {"": [""], "none": ["none"], "first-use": ["first-use"], "ahead": ["ahead"]}
+        modes["all"] = ["none", "first-use", "ahead"]
+        if data_cache not in modes:
+            raise SpecError("--data-cache", f"must be none, first-use, ahead or all, got {data_cache!r}")
         if not checkpoint_interval >= 0 or not half_life >= 0:
             raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
         fgd_exps: list[FgdExperiment] = []
@@ -184,24 +196,26 @@ def simulate(
             else:
                 jobs = load_jobs(trace, kind, mapping, throughputs, durations)
                 default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
-                rep_exps.append(
-                    ReplayExperiment(
-                        trace.stem,
-                        cl.nodes,
-                        _speed(jobs, load),
-                        _profiles(profiles, default),
-                        cl.levels,
-                        cl.datasets,
-                        rt,
-                        seeds[0],
-                        cycle_interval,
-                        _outages(outages),
-                        cl.queues,
-                        checkpoint_interval,
-                        half_life,
-                        eta_every,
+                for mode in modes[data_cache]:
+                    rep_exps.append(
+                        ReplayExperiment(
+                            trace.stem + (f" (data cache: {mode})" if mode else ""),
+                            cl.nodes,
+                            _speed(jobs, load),
+                            _profiles(profiles, default),
+                            cl.levels,
+                            cl.datasets,
+                            rt,
+                            seeds[0],
+                            cycle_interval,
+                            _outages(outages),
+                            cl.queues,
+                            checkpoint_interval,
+                            half_life,
+                            eta_every,
+                            data_cache=mode,
+                        )
                     )
-                )
         out.mkdir(parents=True, exist_ok=True)
         with (out / "decisions.jsonl").open("w") as log:
             for e in fgd_exps:

@@ -60,7 +60,9 @@ def webhook(
         for flag, value in (("--dataset-root", dataset_root), ("--dataset-mount", dataset_mount)):
             if not value.startswith("/"):
                 raise SpecError(flag, f"must be an absolute path, got {value!r}")
-        cfg = AdapterConfig(scheduler_name=scheduler_name, dataset_root=dataset_root, dataset_mount=dataset_mount)
+        cfg = AdapterConfig(
+            scheduler_name=scheduler_name, dataset_root=dataset_root, dataset_mount=dataset_mount
+        )
         hook = Webhook(source, cfg, port=port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -145,6 +145,7 @@ class Snapshot:
         self.has_taints = any(t.effect in ("NoSchedule", "NoExecute") for n in ordered for t in n.taints)
         self.topology_levels: tuple[str, ...] = tuple(topology_levels)
         self.datasets: dict[str, int] = dict(datasets or {})
+        self._cache_bytes: dict[str, np.ndarray] = {}
         self.task_types: tuple[TaskType, ...] | None = tuple(task_types) if task_types is not None else None
         self.workloads: dict[str, WorkloadEntry] = {}
         self.allocations: dict[str, Allocation] = {}
@@ -258,17 +259,31 @@ class Snapshot:
             self._domains[level] = arr
         return arr
 
+    def set_cached(self, dataset: str, node: int, nbytes: int) -> None:
+        """A node's cache now holds `nbytes` of `dataset` (the replay's dynamic data cache)."""
+        arr = self._cache_bytes.get(dataset)
+        if arr is None:
+            arr = np.array([n.datasets.get(dataset, 0) for n in self.nodes], dtype=np.float64)
+            self._cache_bytes[dataset] = arr
+        arr[node] = nbytes
+        self._static_masks.pop(("dataset", dataset), None)
+
     def dataset_fraction(self, dataset: str) -> np.ndarray:
         """Fraction of `dataset` cached on each node (0 when unknown)."""
         key = ("dataset", dataset)
         cached = self._static_masks.get(key)
         if cached is not None:
             return cached
-        size = self.datasets.get(dataset, 0)
+        size: float = self.datasets.get(dataset, 0)
         # `namespace/name` as Kubernetes keys a Dataset; a bare name (a hand-written annotation,
         # a trace) stands for that name in any namespace
         bare = dataset.split("/", 1)[1] if "/" in dataset else dataset
-        values = [n.datasets.get(dataset, n.datasets.get(bare, 0)) for n in self.nodes]
+        dyn = self._cache_bytes.get(dataset)
+        values: list[float] = (
+            [float(v) for v in dyn]
+            if dyn is not None
+            else [float(n.datasets.get(dataset, n.datasets.get(bare, 0))) for n in self.nodes]
+        )
         if size <= 0:
             size = max(values, default=0)
         frac = np.array([min(1.0, v / size) if size > 0 else 0.0 for v in values], dtype=np.float64)

@@ -139,7 +139,9 @@ def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, wher
     for part in ("initContainers", "containers"):
         for c in spec.get(part) or []:
             if any(m.get("mountPath") == mount_path for m in c.get("volumeMounts") or []):
-                raise SpecError(f"{where}: container {c.get('name')}", f"already mounts something at {mount_path}")
+                raise SpecError(
+                    f"{where}: container {c.get('name')}", f"already mounts something at {mount_path}"
+                )
             c.setdefault("volumeMounts", []).append(
                 {"name": DATASET_VOLUME, "mountPath": mount_path, "readOnly": True}
             )
@@ -147,8 +149,6 @@ def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, wher
             if not any(e.get("name") == DATASET_ENV for e in env):
                 env.append({"name": DATASET_ENV, "value": mount_path})
     return True
-
-
 
 
 def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:

@@ -246,7 +246,7 @@ def dataset_sizes(objs: list[dict[str, Any]]) -> dict[str, int]:
         where = f"node {meta.get('name', '')}"
         try:
             ready = _json(notes[keys.CACHED_DATASETS], where) if keys.CACHED_DATASETS in notes else {}
-            for k, v in (ready.items() if isinstance(ready, dict) else ()):
+            for k, v in ready.items() if isinstance(ready, dict) else ():
                 out[str(k)] = max(out.get(str(k), 0), size_bytes(v, where))
             for k, (_, total) in staging_datasets(notes, where).items():
                 out[k] = max(out.get(k, 0), total)

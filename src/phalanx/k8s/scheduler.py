@@ -32,7 +32,6 @@ from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
 from phalanx.k8s.insight import Insight, RunTimes, insights
-from phalanx.k8s.staging import StageRequests
 from phalanx.k8s.kinds import (
     DEVICE_CLASSES,
     JOBS,
@@ -48,6 +47,7 @@ from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
 from phalanx.k8s.shares import Shares
+from phalanx.k8s.staging import StageRequests
 from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
 
 log = logging.getLogger("phalanx.k8s")

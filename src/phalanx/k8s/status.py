@@ -66,7 +66,9 @@ def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: th
             now = time.time()
             result = run_cycle(world.snapshot, prof, now, np.random.default_rng(0), apply=True)
             waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
-            board.update(world, result, insights(world.snapshot, prof, now, waiting, RunTimes(), 1.0).texts, now)
+            board.update(
+                world, result, insights(world.snapshot, prof, now, waiting, RunTimes(), 1.0).texts, now
+            )
         except Exception:  # an API hiccup: show the last state and try again
             log.exception("could not read the cluster")
         stop.wait(interval)

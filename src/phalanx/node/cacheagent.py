@@ -50,7 +50,9 @@ class Metrics:
         self.capacity = Gauge("phalanx_cache_capacity_bytes", "Cache capacity", registry=r)
         self.datasets = Gauge("phalanx_cache_datasets", "Ready dataset copies", registry=r)
         self.hits = Counter("phalanx_cache_hits", "Pods whose dataset was ready when bound here", registry=r)
-        self.misses = Counter("phalanx_cache_misses", "Pods whose dataset was not ready when bound", registry=r)
+        self.misses = Counter(
+            "phalanx_cache_misses", "Pods whose dataset was not ready when bound", registry=r
+        )
         self.staged = Counter("phalanx_cache_staged_bytes", "Bytes downloaded into the cache", registry=r)
         self.rate = Gauge("phalanx_cache_staging_bytes_per_second", "Throughput of the staging", registry=r)
         self.evicted = Counter("phalanx_cache_evictions", "Dataset copies evicted", registry=r)
@@ -128,7 +130,7 @@ class CacheAgent:
         out: dict[str, Dataset] = {}
         bad: dict[str, str] = {}
         for obj in self.client.list(DatasetRes, namespace="*"):
-            raw = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+            raw: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)  # type: ignore[no-untyped-call]
             meta = raw.get("metadata") or {}
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             try:
@@ -226,13 +228,31 @@ class CacheAgent:
                 stager.write_manifest(folder, ds.spec.source, files)
             for attempt in range(3):
                 total = sum(f.size for f in files)
-                self._status(key, {"state": "staging", "bytes": self.store.staged_bytes(key), "reason": want.why},
-                             top={"totalBytes": total, "files": len(files)})
+                self._status(
+                    key,
+                    {"state": "staging", "bytes": self.store.staged_bytes(key), "reason": want.why},
+                    top={"totalBytes": total, "files": len(files)},
+                )
                 self._make_room(key, total, keep | {key})
-                log.info("staging %s (%s): %d files, %s, %s", key, want.why, len(files), _size(total), ds.spec.source)
+                log.info(
+                    "staging %s (%s): %d files, %s, %s",
+                    key,
+                    want.why,
+                    len(files),
+                    _size(total),
+                    ds.spec.source,
+                )
                 t0 = time.monotonic()
-                p = stager.stage(fs, files, folder, self.workers, self._reporter(key), stop=self.stop,
-                                 checksum=self.checksum, max_rate=self.max_rate)
+                p = stager.stage(
+                    fs,
+                    files,
+                    folder,
+                    self.workers,
+                    self._reporter(key),
+                    stop=self.stop,
+                    checksum=self.checksum,
+                    max_rate=self.max_rate,
+                )
                 self.metrics.staged.inc(p.fetched)
                 if p.done_files < len(files):
                     return  # stopped
@@ -240,7 +260,9 @@ class CacheAgent:
                 moved = stager.changed(files, again)
                 if not moved:
                     break
-                log.warning("dataset %s: %d object(s) changed while staging; fetching them again", key, len(moved))
+                log.warning(
+                    "dataset %s: %d object(s) changed while staging; fetching them again", key, len(moved)
+                )
                 for rel in moved:
                     for p_ in (folder / rel, folder / (rel + ".part")):
                         p_.unlink(missing_ok=True)
@@ -251,7 +273,13 @@ class CacheAgent:
             self.store.promote(key, ds.spec.source)
             self.failed.pop(key, None)
             dt = time.monotonic() - t0
-            log.info("dataset %s ready: %s in %.1f s (%s/s)", key, _size(total), dt, _size(p.fetched / max(dt, 1e-9)))
+            log.info(
+                "dataset %s ready: %s in %.1f s (%s/s)",
+                key,
+                _size(total),
+                dt,
+                _size(p.fetched / max(dt, 1e-9)),
+            )
             self._status(key, {"state": "ready", "bytes": total, "files": len(files), "reason": ""})
         except stager.StageError as e:
             self._fail(key, str(e))
@@ -266,12 +294,14 @@ class CacheAgent:
 
     def _make_room(self, key: str, total: int, keep: set[str]) -> None:
         if total > self.store.capacity:
-            raise stager.StageError(f"the dataset ({_size(total)}) is larger than this node's cache ({_size(self.store.capacity)})")
+            cap = _size(self.store.capacity)
+            raise stager.StageError(f"the dataset ({_size(total)}) is larger than this node's cache ({cap})")
         need = total - self.store.staged_bytes(key)
         victims = self.store.victims(need, keep)
         if victims is None:
+            cap = _size(self.store.capacity)
             raise stager.StageError(
-                f"cache full: {_size(need)} more needed; the rest of {_size(self.store.capacity)} holds datasets in use"
+                f"cache full: {_size(need)} more needed; the rest of {cap} holds datasets in use"
             )
         for v in victims:
             log.info("dataset %s: evicted (least recently used) to make room for %s", v, key)
@@ -292,7 +322,13 @@ class CacheAgent:
             pct = 100.0 * p.done_bytes / p.total_bytes if p.total_bytes else 100.0
             log.info(
                 "staging %s: %s of %s (%.0f %%), %d/%d files, %s/s",
-                key, _size(p.done_bytes), _size(p.total_bytes), pct, p.done_files, p.total_files, _size(rate),
+                key,
+                _size(p.done_bytes),
+                _size(p.total_bytes),
+                pct,
+                p.done_files,
+                p.total_files,
+                _size(rate),
             )
             if time.monotonic() - last[0] >= 2.0:
                 last[0] = time.monotonic()
@@ -309,7 +345,9 @@ class CacheAgent:
         staged = staging or {}
         notes = {
             CACHED: json.dumps({k: str(v) for k, v in sorted(ready.items())}, separators=(",", ":")),
-            STAGING: json.dumps({k: f"{a}/{b}" for k, (a, b) in sorted(staged.items())}, separators=(",", ":")),
+            STAGING: json.dumps(
+                {k: f"{a}/{b}" for k, (a, b) in sorted(staged.items())}, separators=(",", ":")
+            ),
         }
         if notes == self.published:
             return

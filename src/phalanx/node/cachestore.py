@@ -13,6 +13,7 @@ Layout under the cache root (one filesystem, so every rename is atomic):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -63,7 +64,9 @@ class CacheStore:
                 key = f"{ns.name}/{d.name}"
                 e = raw.get(key)
                 if isinstance(e, dict) and {"bytes", "files", "last_used"} <= e.keys():
-                    out[key] = Entry(int(e["bytes"]), int(e["files"]), float(e["last_used"]), str(e.get("source", "")))
+                    out[key] = Entry(
+                        int(e["bytes"]), int(e["files"]), float(e["last_used"]), str(e.get("source", ""))
+                    )
                 else:
                     size, files = _measure(d)
                     out[key] = Entry(size, files, time.time())
@@ -161,7 +164,5 @@ def _measure(d: Path) -> tuple[int, int]:
 
 
 def _rmdir_empty(d: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # not empty: another dataset of the namespace is there
         d.rmdir()
-    except OSError:
-        pass

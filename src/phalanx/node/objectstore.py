@@ -135,4 +135,3 @@ class S3Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

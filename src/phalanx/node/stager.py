@@ -226,7 +226,12 @@ def stage(
 
 
 def _one(
-    fs: Any, f: RemoteFile, folder: Path, progress: Progress, stops: tuple[threading.Event, ...], checksum: bool
+    fs: Any,
+    f: RemoteFile,
+    folder: Path,
+    progress: Progress,
+    stops: tuple[threading.Event, ...],
+    checksum: bool,
 ) -> None:
     if any(s.is_set() for s in stops):
         return

@@ -18,6 +18,7 @@ from phalanx.core.model import Node
 from phalanx.core.queues import QueueTree
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import read_table
+from phalanx.sim.datacache import DataCache, dataset_sizes
 from phalanx.sim.fgd import XS, FgdRun, as_array, run_fgd
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.replay import NodeOutage, ReplayResult, replay
@@ -115,6 +116,7 @@ class ReplayExperiment:
     checkpoint_interval: float = 300.0
     half_life: float = 0.0
     eta_every: int = -1  # forecast every n-th waiting arrival; -1: about 500 forecasts per replay
+    data_cache: str = ""  # "", or the data-cache mode of the input I/O model: none, first-use, ahead
     results: dict[str, ReplayResult] = field(default_factory=dict)
 
     def run(self, log: IO[str] | None = None, progress: Progress | None = None) -> None:
@@ -122,12 +124,18 @@ class ReplayExperiment:
             if progress:
                 progress(f"time replay: {prof}")
             buf = io.StringIO() if log is not None else None
+            data = None
+            datasets = self.datasets
+            if self.data_cache:
+                sizes = dataset_sizes(self.jobs, self.runtime.spec.io)
+                data = DataCache(self.runtime.spec.io, sizes, self.data_cache)
+                datasets = {**{k: int(v) for k, v in sizes.items()}, **self.datasets}
             self.results[prof] = replay(
                 self.nodes,
                 self.jobs,
                 load_profile(prof),
                 topology_levels=self.topology_levels,
-                datasets=self.datasets,
+                datasets=datasets,
                 runtime=self.runtime,
                 seed=self.seed,
                 cycle_interval=self.cycle_interval,
@@ -137,6 +145,7 @@ class ReplayExperiment:
                 checkpoint_interval=self.checkpoint_interval,
                 half_life=self.half_life,
                 eta_every=self.eta_every if self.eta_every >= 0 else max(1, len(self.jobs) // 500),
+                data_cache=data,
             )
             if log is not None and buf is not None:
                 for line in buf.getvalue().splitlines():

@@ -23,6 +23,7 @@ class JobSpec:
     model: str = ""
     iterations: int | None = None
     dataset: str = ""
+    dataset_bytes: int = 0  # its size, when the trace says
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_milli: int = MILLI

@@ -32,9 +32,10 @@ from phalanx.core.model import Node
 from phalanx.core.profile import Profile
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot, TaskType
+from phalanx.sim.datacache import DataCache
 from phalanx.sim.engine import Engine, Event, Kind
 from phalanx.sim.jobs import JobSpec
-from phalanx.sim.runtime import JobShape, RuntimeModel
+from phalanx.sim.runtime import CacheSpec, JobShape, RuntimeModel
 from phalanx.sim.tenancy import QueueShares, flat_tree
 
 
@@ -60,6 +61,8 @@ class JobRecord:
     level: str = ""
     tasks: int = 0  # tasks running (an elastic job may run fewer than it has)
     held: float = 0.0  # GPUs held while running
+    io_wait_s: float = 0.0  # seconds its runs waited on input (the data cache model)
+    io_wait_gpu_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -99,6 +102,7 @@ class ReplayResult:
     lost_failure_gpu_s: float = 0.0
     large_gpus: int = 8
     eta: dict[str, float | None] = field(default_factory=dict)  # job -> forecast start when it arrived
+    data: DataCache | None = None
 
     def eta_errors(self) -> np.ndarray:
         """Forecast minus actual start (s) of the jobs forecast that started, and were forecast a time."""
@@ -147,7 +151,23 @@ class ReplayResult:
             "max_wait_large_s": self.max_large_wait(),
             "jain_index": self.shares.mean_index() if self.shares is not None else math.nan,
             **self._eta_summary(),
+            **self._io_summary(),
             "cycles": self.cycles,
+        }
+
+    def _io_summary(self) -> dict[str, float | int | str]:
+        d = self.data
+        if d is None:
+            return {}
+        readers = [j for j in self.jobs if j.spec.dataset and j.start is not None]
+        lost = sum(j.io_wait_gpu_s for j in self.jobs)
+        return {
+            "data_cache": d.mode,
+            "io_wait_gpu_h": lost / 3600,
+            "io_wait_avg_s": sum(j.io_wait_s for j in readers) / len(readers) if readers else math.nan,
+            "io_wait_gpu_s_per_job": lost / len(readers) if readers else math.nan,
+            "io_warm_start_pct": 100.0 * d.warm_starts / d.starts if d.starts else math.nan,
+            "io_staged_tb": d.staged_bytes / 1e12,
         }
 
     def _eta_summary(self) -> dict[str, float | int]:
@@ -193,6 +213,7 @@ def replay(
     half_life: float = 0.0,
     large_gpus: int = 8,
     eta_every: int = 0,
+    data_cache: DataCache | None = None,
 ) -> ReplayResult:
     """Replay `jobs`; `estimates`: workloads carry their trace duration as the run-time estimate.
 
@@ -209,6 +230,9 @@ def replay(
         nodes, topology_levels=topology_levels, datasets=datasets, task_types=types, queues=queues
     )
     model = runtime or RuntimeModel()
+    if data_cache is not None:  # the dynamic model replaces the static cache factor
+        model = RuntimeModel(model.spec.model_copy(update={"cache": CacheSpec(enabled=False)}))
+        data_cache.attach(snap)
     rng = np.random.default_rng(seed)
     eng = Engine()
     recs = {j.name: JobRecord(j) for j in jobs}
@@ -226,6 +250,7 @@ def replay(
     out = ReplayResult(profile.name, int(c.shared_count.sum()), list(recs.values()), large_gpus=large_gpus)
     shares = QueueShares(queues or flat_tree(j.queue for j in jobs), float(c.shared_count.sum()))
     out.shares = shares
+    out.data = data_cache
     running: set[str] = set()
     finished = 0
     tick_at: list[float] = []
@@ -255,6 +280,8 @@ def replay(
             else:
                 out.lost_failure_gpu_s += lost
         r.run_start = None
+        if data_cache is not None:
+            data_cache.stop(r.spec, sorted({a.node for a in entry.bound.values()}))
         r.token += 1
         r.restarts += 1
         r.evictions += int(evicted)
@@ -296,6 +323,10 @@ def replay(
                     running.discard(ev.payload)
                     shares.stop(r.spec.queue, r.held, done=True)
                     shares.withdraw(r.spec.queue, r.spec.gpu_amount - r.held)
+                    if data_cache is not None:
+                        data_cache.stop(
+                            r.spec, sorted({a.node for a in snap.workloads[ev.payload].bound.values()})
+                        )
                     snap.remove_workload(ev.payload)
                     finished += 1
                     changed = True
@@ -314,6 +345,8 @@ def replay(
                 snap.set_node_ready(ev.payload, True)
         if timed:
             snap.advance(now, half_life)
+        if data_cache is not None:
+            data_cache.advance(snap, now)
         result = run_cycle(snap, profile, now, rng, apply=True)
         out.cycles += 1
         out.evicted_tasks += len(result.evictions)
@@ -330,6 +363,11 @@ def replay(
             r = recs[name]
             if entry.is_ready and name not in running:
                 r.run_time = run_time_of(name)
+                if data_cache is not None:
+                    w = data_cache.start(snap, r.spec, sorted({a.node for a in entry.bound.values()}), now)
+                    r.run_time += w
+                    r.io_wait_s += w
+                    r.io_wait_gpu_s += w * r.spec.gpu_amount
                 r.level = model.span_level(snap, {a.node for a in entry.bound.values()})
                 r.run_start = now
                 if r.start is None:
@@ -359,6 +397,8 @@ def replay(
             )
         )
         shares.sample(now)
+        if data_cache is not None:
+            data_cache.plan(snap, profile, now)
         if eta_every > 0:
             waiting = []
             for ev in batch:

@@ -32,6 +32,23 @@ class CacheSpec(BaseModel):
     epochs: float = Field(default=1.0, ge=0)
 
 
+class IoSpec(BaseModel):
+    """Input I/O for the dynamic data cache of the replay (`phalanx.sim.datacache`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    read_gbps: float = Field(default=1.0, gt=0)  # a training loader's reads from remote storage, per node
+    stage_gbps: float = Field(default=10.0, gt=0)  # bulk parallel copy into the cache, per node
+    nvme_gbps: float = Field(default=16.0, gt=0)  # reads from the node's cache
+    capacity_gb: float = Field(default=7680.0, ge=0)  # cache per node
+    epochs: float = Field(default=10.0, gt=0)  # when the trace does not say
+    dataset_gb: dict[str, float] = Field(default_factory=dict)  # dataset -> size, when the trace does not say
+    samples: dict[str, int] = Field(default_factory=dict)  # dataset -> samples per epoch
+    plan_every_s: float = Field(default=600.0, ge=0)  # staging ahead: how often the forecast is asked
+    plan_gangs: int = Field(default=4, ge=1)  # ... for this many waiting gangs with a dataset
+    plan_steps: int = Field(default=20, ge=1)
+    horizon_s: float = Field(default=3600.0, ge=0)  # ... that should start within this
+
+
 class SharingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
@@ -43,6 +60,7 @@ class RuntimeSpec(BaseModel):
     spread: SpreadSpec = Field(default_factory=SpreadSpec)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     sharing: SharingSpec = Field(default_factory=SharingSpec)
+    io: IoSpec = Field(default_factory=IoSpec)
 
 
 def default_runtime() -> RuntimeSpec:

@@ -56,7 +56,9 @@ class Dataset(BaseModel):
 def dataset_key(namespace: str, name: str, where: str) -> str:
     for part, what in ((namespace, "namespace"), (name, "name")):
         if not _NAME.match(part) or ".." in part:
-            raise SpecError(where, f"dataset {what} {part!r} is not a DNS name (lower case, digits, '-', '.')")
+            raise SpecError(
+                where, f"dataset {what} {part!r} is not a DNS name (lower case, digits, '-', '.')"
+            )
     return f"{namespace}/{name}"
 
 
@@ -76,7 +78,9 @@ def parse_dataset(obj: dict[str, Any]) -> Dataset:
     if not spec.source.split("://", 1)[1].strip("/"):
         raise SpecError(f"{where}: spec.source", f"{spec.source!r} names no bucket or path")
     if not spec.read_only:
-        raise SpecError(f"{where}: spec.readOnly", "cached copies are read-only; readOnly: false is not supported")
+        raise SpecError(
+            f"{where}: spec.readOnly", "cached copies are read-only; readOnly: false is not supported"
+        )
     expected = None
     if spec.expected_size is not None:
         expected = size_bytes(spec.expected_size, f"{where}: spec.expectedSize")

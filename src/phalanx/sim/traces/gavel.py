@@ -3,13 +3,14 @@
 `msr/seed=0/<vc>.trace`: tab-separated `job_type, command, num_steps_arg, needs_data_dir,
 total_steps, arrival_time, scale_factor`. A job's duration on a V100 is
 `total_steps / throughput[v100][(job_type, scale_factor)]` from `simulation_throughputs.json`.
-The VC becomes the job's queue.
+The VC becomes the job's queue, and the dataset its command reads (`%s/data/<name>`) its dataset.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from phalanx.core.errors import SpecError
@@ -50,6 +51,9 @@ def throughput(table: dict[tuple[str, int], float], job_type: str, gpus: int) ->
     return t0 * gpus / s0 if t0 > 0 else None
 
 
+_DATA = re.compile(r"%s/data/([A-Za-z0-9_-]+)")
+
+
 def load_trace(
     path: str | Path, throughputs: dict[tuple[str, int], float], queue: str | None = None
 ) -> list[JobSpec]:
@@ -71,6 +75,9 @@ def load_trace(
             job_type, steps, scale, arrival = f[0], f[5], f[6], f[9]
         else:
             raise SpecError(where, f"expected 7 or 10 tab-separated fields, got {len(f)}")
+        # the dataset the job's own command line reads (`%s/data/imagenet/pytorch` -> imagenet)
+        m = _DATA.search(f[1])
+        dataset = m.group(1) if m else ""
         try:
             total_steps, t, gpus = int(float(steps)), float(arrival), int(scale)
         except ValueError:
@@ -88,6 +95,7 @@ def load_trace(
                     queue=vc,
                     model=job_type,
                     iterations=total_steps,
+                    dataset=dataset,
                     where=where,
                 )
             )

@@ -3,7 +3,7 @@
 Fields: `submit` (required; seconds or ISO 8601 dates, made relative to the first job), one of
 `duration`, `end` (same units as submit) or `iterations` + `time_per_iteration`; optional `gpus`
 (default 1), `tasks`, `queue`, `user`, `name`, `model`, `dataset`, `cpu` (cores), `memory` (MiB),
-`gpu_milli` (a share of one GPU per task).
+`gpu_milli` (a share of one GPU per task), `dataset_size` (bytes, or a quantity such as 150Gi).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from phalanx.core.errors import SpecError
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces.rows import Row, read_rows
 from phalanx.spec.common import pairs
+from phalanx.spec.quantity import size_bytes
 
 FIELDS = (
     "submit",
@@ -31,6 +32,7 @@ FIELDS = (
     "name",
     "model",
     "dataset",
+    "dataset_size",
     "cpu",
     "memory",
     "gpu_milli",
@@ -95,6 +97,13 @@ def load_jobs(path: str | Path, mapping: dict[str, str], delimiter: str = ",") -
                     model=row.text(m["model"], "") if "model" in m else "",
                     iterations=row.int(m["iterations"]) if "iterations" in m else None,
                     dataset=row.text(m["dataset"], "") if "dataset" in m else "",
+                    dataset_bytes=(
+                        size_bytes(
+                            row.text(m["dataset_size"], "0") or "0", f"{row.where}: {m['dataset_size']}"
+                        )
+                        if "dataset_size" in m
+                        else 0
+                    ),
                     cpu_milli=round(row.float(m["cpu"]) * 1000) if "cpu" in m else 0,
                     memory_mib=row.int(m["memory"]) if "memory" in m else 0,
                     gpu_milli=row.int(m["gpu_milli"]) if "gpu_milli" in m else 1000,

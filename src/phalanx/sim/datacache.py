@@ -1,0 +1,197 @@
+"""Input I/O in the time replay: datasets read from remote storage, node caches, staging ahead.
+
+A job reads its dataset once per epoch; its nodes each read a shard (size / nodes). Its
+epochs come from the trace (iterations x batch / samples of the dataset) or the default.
+Three modes, as the node cache agent can run (`phalanx cache`):
+
+- `none`: every epoch is read from remote storage at `read_gbps` per node (a training loader's
+  small random reads), shared by the GPUs of the node (a job gets its GPUs' part); an epoch
+  takes max(compute, shard / read bandwidth), the rest is waiting.
+- `first-use`: the job's nodes copy the whole dataset when it starts there (bulk, parallel,
+  at `stage_gbps` per node), and the job waits for the copy, or reads cold if that is sooner
+  (the runtime model weighs both); later jobs on those nodes find it cached (LRU, `capacity_gb`).
+- `ahead`: as `first-use`, and the scheduler also asks the nodes its start forecast gives a
+  waiting gang to stage its dataset before the gang starts (one staging at a time per node).
+
+The wait is added to the job's run time, and GPU time lost to it is recorded per job.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from phalanx.core.forecast import forecast
+from phalanx.core.profile import Profile
+from phalanx.core.snapshot import Snapshot
+from phalanx.sim.jobs import JobSpec
+from phalanx.sim.runtime import IoSpec
+
+_BATCH = re.compile(r"batch size (\d+)")
+
+
+@dataclass
+class NodeCache:
+    capacity: float
+    cached: OrderedDict[str, float] = field(default_factory=OrderedDict)  # dataset -> bytes, LRU first
+    in_use: dict[str, int] = field(default_factory=dict)
+    queue: list[str] = field(default_factory=list)  # datasets being staged ahead, in order
+
+    def used(self) -> float:
+        return sum(self.cached.values())
+
+    def touch(self, ds: str) -> None:
+        if ds in self.cached:
+            self.cached.move_to_end(ds)
+
+    def make_room(self, need: float, keep: str) -> bool:
+        """Evict least recently used datasets not in use until `need` more bytes fit."""
+        while self.capacity - self.used() < need:
+            victim = next((d for d in self.cached if d != keep and not self.in_use.get(d)), None)
+            if victim is None:
+                return False
+            del self.cached[victim]
+        return True
+
+
+@dataclass
+class DataCache:
+    spec: IoSpec
+    sizes: dict[str, float]  # dataset -> bytes
+    mode: str = "first-use"
+    nodes: list[NodeCache] = field(default_factory=list)
+    last: float = 0.0
+    last_plan: float = -math.inf
+    staged_bytes: float = 0.0
+    starts: int = 0
+    warm_starts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("none", "first-use", "ahead"):
+            raise ValueError(f"unknown data-cache mode {self.mode!r} (none, first-use, ahead)")
+
+    def attach(self, snap: Snapshot) -> None:
+        self.nodes = [NodeCache(self.spec.capacity_gb * 1e9) for _ in snap.nodes]
+
+    # ------------------------------------------------------------------ the job's side
+    def epochs(self, job: JobSpec) -> float:
+        samples = self.spec.samples.get(job.dataset, self.spec.samples.get(_base(job.dataset), 0))
+        m = _BATCH.search(job.model or "")
+        if samples and m and job.iterations:
+            return max(1.0, job.iterations * int(m.group(1)) / samples)
+        return self.spec.epochs
+
+    def start(self, snap: Snapshot, job: JobSpec, nodes: list[int], now: float) -> float:
+        """The job starts on `nodes`: seconds it waits on input over its run."""
+        size = self.sizes.get(job.dataset, 0.0)
+        if not job.dataset or size <= 0 or not nodes:
+            return 0.0
+        self.advance(snap, now)
+        sp = self.spec
+        epochs = self.epochs(job)
+        epoch_s = job.duration / epochs
+        shard = size / len(nodes)
+        # a node's link to remote storage is shared by the jobs on it: each GPU gets its part
+        per_node = max(1, round(job.gpu_amount / len(nodes)))
+        gpus = max(1, int(snap.cluster.gpu_count.max(initial=1)))
+        read = sp.read_gbps * 1e9 * min(1.0, per_node / gpus)
+        cold = epochs * max(0.0, shard * 8 / read - epoch_s)
+        self.starts += 1
+        if self.mode == "none":
+            return cold
+        missing = max(size - self.nodes[i].cached.get(job.dataset, 0.0) for i in nodes)
+        self.warm_starts += int(missing <= 0)
+        copy = missing * 8 / (sp.stage_gbps * 1e9)
+        warm = epochs * max(0.0, shard * 8 / (sp.nvme_gbps * 1e9) - epoch_s)
+        for i in nodes:
+            nc = self.nodes[i]
+            nc.in_use[job.dataset] = nc.in_use.get(job.dataset, 0) + 1
+            if job.dataset in nc.queue:
+                nc.queue.remove(job.dataset)
+            have = nc.cached.get(job.dataset, 0.0)
+            if have < size and nc.make_room(size - have, job.dataset):
+                self.staged_bytes += size - have
+                nc.cached[job.dataset] = size
+            nc.touch(job.dataset)
+            snap.set_cached(job.dataset, i, int(nc.cached.get(job.dataset, 0.0)))
+        return min(cold, copy + warm)  # wait for the copy, or start now and read cold
+
+    def stop(self, job: JobSpec, nodes: list[int]) -> None:
+        if not job.dataset or self.mode == "none":
+            return
+        for i in nodes:
+            nc = self.nodes[i]
+            if nc.in_use.get(job.dataset):
+                nc.in_use[job.dataset] -= 1
+
+    # ------------------------------------------------------------------ staging ahead
+    def advance(self, snap: Snapshot, now: float) -> None:
+        """Staging ahead moves on: each node copies its queue in order at `stage_gbps`."""
+        dt = now - self.last
+        self.last = now
+        if dt <= 0 or self.mode != "ahead":
+            return
+        rate = self.spec.stage_gbps * 1e9 / 8
+        for i, nc in enumerate(self.nodes):
+            budget = dt * rate
+            while nc.queue and budget > 0:
+                ds = nc.queue[0]
+                size = self.sizes.get(ds, 0.0)
+                have = nc.cached.get(ds, 0.0)
+                step = min(budget, size - have)
+                if step > 0 and not nc.make_room(step, ds):
+                    nc.queue.pop(0)  # no room: the copy waits for the job to start here
+                    continue
+                nc.cached[ds] = have + step
+                nc.touch(ds)
+                self.staged_bytes += step
+                budget -= step
+                snap.set_cached(ds, i, int(nc.cached[ds]))
+                if nc.cached[ds] >= size:
+                    nc.queue.pop(0)
+
+    def plan(self, snap: Snapshot, profile: Profile, now: float) -> None:
+        """Ask the nodes the forecast gives the first waiting gangs to stage their datasets."""
+        if self.mode != "ahead" or now - self.last_plan < self.spec.plan_every_s:
+            return
+        self.last_plan = now
+        self.advance(snap, now)
+        waiting = [
+            e.name
+            for e in snap.pending_workloads()
+            if not e.is_ready and any(ps.request.dataset for ps in e.workload.podsets)
+        ][: self.spec.plan_gangs]
+        if not waiting:
+            return
+        f = forecast(snap, profile, now, targets=set(waiting), max_steps=self.spec.plan_steps)
+        for name in waiting:
+            start = f.starts.get(name)
+            if start is None or start - now > self.spec.horizon_s:
+                continue
+            ds = next(
+                ps.request.dataset for ps in snap.workloads[name].workload.podsets if ps.request.dataset
+            )
+            size = self.sizes.get(ds, 0.0)
+            for i in f.nodes.get(name, []):
+                nc = self.nodes[i]
+                if nc.cached.get(ds, 0.0) < size and ds not in nc.queue:
+                    nc.queue.append(ds)
+
+
+def dataset_sizes(jobs: list[JobSpec], spec: IoSpec) -> dict[str, float]:
+    """Bytes of each dataset the jobs read: the trace's size, else the runtime model's table."""
+    out: dict[str, float] = {}
+    for j in jobs:
+        if not j.dataset:
+            continue
+        table = spec.dataset_gb.get(j.dataset, spec.dataset_gb.get(_base(j.dataset), 0.0))
+        size = float(j.dataset_bytes) if j.dataset_bytes else table * 1e9
+        out[j.dataset] = max(out.get(j.dataset, 0.0), size)
+    return out
+
+
+def _base(dataset: str) -> str:
+    """`team-a/imagenet` -> `imagenet`: a copy of a known dataset under another name."""
+    return dataset.rsplit("/", 1)[-1]
