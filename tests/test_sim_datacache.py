@@ -1,0 +1,92 @@
+"""The replay's input I/O model: waits without a cache, with a cache filled on first use, and
+with staging ahead where the start forecast places a waiting gang."""
+
+from __future__ import annotations
+
+import pytest
+
+from phalanx.core.model import Gpu, Node
+from phalanx.profiles import load_profile
+from phalanx.sim.datacache import DataCache, dataset_sizes
+from phalanx.sim.jobs import JobSpec
+from phalanx.sim.replay import ReplayResult, replay
+from phalanx.sim.runtime import RuntimeModel, default_runtime
+
+GB = 1e9
+
+
+def _nodes(n: int) -> list[Node]:
+    return [Node(f"n{i}", 64_000, 512_000, tuple(Gpu(k, "V100", 16_384) for k in range(8))) for i in range(n)]
+
+
+def _run(jobs: list[JobSpec], mode: str, nodes: int = 1, **io: float) -> ReplayResult:
+    spec = default_runtime()
+    spec.io = spec.io.model_copy(update={"epochs": 4.0, **io})
+    sizes = dataset_sizes(jobs, spec.io)
+    return replay(
+        _nodes(nodes),
+        jobs,
+        load_profile("phalanx"),
+        runtime=RuntimeModel(spec),
+        datasets={k: int(v) for k, v in sizes.items()},
+        data_cache=DataCache(spec.io, sizes, mode),
+    )
+
+
+def _job(name: str, submit: float, gpus: int = 8, duration: float = 400.0, ds: str = "big") -> JobSpec:
+    return JobSpec(name, submit, duration, gpus, dataset=ds, dataset_bytes=int(100 * GB))
+
+
+def test_no_cache_reads_every_epoch_from_remote() -> None:
+    # 100 GB at 1 Gb/s is 800 s a read; 4 epochs of 100 s compute each: 4 x 700 s waiting
+    res = _run([_job("a", 0)], "none", read_gbps=1.0)
+    a = res.jobs[0]
+    assert a.io_wait_s == pytest.approx(4 * 700.0)
+    assert a.io_wait_gpu_s == pytest.approx(8 * 4 * 700.0)
+    assert a.end == pytest.approx(400.0 + 2800.0)
+    assert res.summary()["io_wait_gpu_h"] == pytest.approx(8 * 2800 / 3600)
+
+
+def test_first_use_copies_once_and_the_next_job_is_warm() -> None:
+    # the copy: 100 GB at 10 Gb/s = 80 s (sooner than reading cold); then NVMe is fast enough
+    res = _run([_job("a", 0), _job("b", 10_000)], "first-use", read_gbps=1.0, stage_gbps=10.0)
+    a, b = res.jobs
+    assert a.io_wait_s == pytest.approx(80.0)
+    assert b.io_wait_s == 0.0
+    s = res.summary()
+    assert s["io_warm_start_pct"] == 50.0 and s["io_staged_tb"] == pytest.approx(0.1)
+
+
+def test_cold_read_is_chosen_when_it_is_sooner_than_the_copy() -> None:
+    # a short job: one epoch reads 100 GB at 20 Gb/s = 40 s over 400 s of compute: no wait at all,
+    # while the copy would take 80 s
+    res = _run([_job("a", 0)], "first-use", read_gbps=20.0, stage_gbps=10.0, epochs=1.0)
+    assert res.jobs[0].io_wait_s == 0.0
+
+
+def test_lru_evicts_a_dataset_no_job_uses() -> None:
+    jobs = [
+        _job("a", 0, ds="one"),
+        _job("b", 10_000, ds="two"),
+        _job("c", 20_000, ds="one"),
+    ]
+    res = _run(jobs, "first-use", capacity_gb=150.0)  # room for one copy only
+    assert [j.io_wait_s for j in res.jobs] == [pytest.approx(80.0)] * 3
+
+
+def test_staging_ahead_warms_the_node_a_waiting_gang_will_get() -> None:
+    # `a` holds the only node until t=2,000; `b` waits, and the forecast says it starts there
+    jobs = [
+        JobSpec("a", 0, 2000.0, 8),
+        _job("b", 1.0),
+    ]
+    first = _run(jobs, "first-use", plan_every_s=0.0)
+    ahead = _run(jobs, "ahead", plan_every_s=0.0)
+    assert first.jobs[1].io_wait_s == pytest.approx(80.0)
+    assert ahead.jobs[1].io_wait_s == 0.0
+    assert ahead.summary()["io_warm_start_pct"] == 100.0
+
+
+def test_bad_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown data-cache mode 'later'"):
+        DataCache(default_runtime().io, {}, "later")
