@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="first N jobs by arrival (0: all)")
     ap.add_argument("--profile", default="phalanx")
     ap.add_argument("--read-gbps", type=float, default=0.0, help="override io.read_gbps")
+    ap.add_argument("--modes", default="none,first-use,ahead")
     ap.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier")
     ap.add_argument(
         "--per-queue", action="store_true", help="each VC reads its own copy of its datasets (<vc>/<dataset>)"
@@ -56,16 +57,14 @@ def main() -> None:
     sizes = dataset_sizes(js, spec.io)
     nodes, levels = gavel.philly_cluster()
     readers = sum(1 for j in js if j.dataset)
-    print(
-        f"{len(js):,} jobs, {readers:,} read a dataset; sizes (GB): "
-        + ", ".join(f"{k} {v / 1e9:g}" for k, v in sorted(sizes.items()))
-    )
+    big = sorted({k.rsplit("/", 1)[-1] for k, v in sizes.items() if v > 1e11})
+    print(f"{len(js):,} jobs, {readers:,} read one of {len(sizes)} datasets; over 100 GB: {', '.join(big)}")
     print(
         "| data cache | GPU-h lost to input waits | per job (GPU-s) | avg wait (s) | warm starts | "
-        "staged (TB) | avg JCT (s) | replay (s) |"
+        "staged (TB) | staged ahead on the nodes the gang got | avg JCT (s) | replay (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for mode in ("none", "first-use", "ahead"):
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode in args.modes.split(","):
         data = DataCache(spec.io, sizes, mode)
         t = time.perf_counter()
         res = replay(
@@ -81,7 +80,8 @@ def main() -> None:
         print(
             f"| {mode} | {s['io_wait_gpu_h']:,.1f} | {s['io_wait_gpu_s_per_job']:,.1f} | "
             f"{s['io_wait_avg_s']:,.1f} | "
-            f"{s['io_warm_start_pct']:.1f} % | {s['io_staged_tb']:.2f} | {s['avg_jct_s']:,.0f} | "
+            f"{s['io_warm_start_pct']:.1f} % | {s['io_staged_tb']:.2f} | {s['io_planned_right_pct']:.0f} % | "
+            f"{s['avg_jct_s']:,.0f} | "
             f"{time.perf_counter() - t:.0f} |",
             flush=True,
         )

@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from phalanx.core.forecast import forecast
+from phalanx.core.forecast import RuntimeOf, estimated_runtime, forecast
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.sim.jobs import JobSpec
@@ -67,6 +67,10 @@ class DataCache:
     staged_bytes: float = 0.0
     starts: int = 0
     warm_starts: int = 0
+    planned: dict[str, set[int]] = field(default_factory=dict)  # gang -> nodes staging was asked on
+    considered: set[str] = field(default_factory=set)  # gangs the forecast was asked about
+    planned_starts: int = 0  # gangs planned that started
+    planned_right: int = 0  # ... on nodes that were all planned
 
     def __post_init__(self) -> None:
         if self.mode not in ("none", "first-use", "ahead"):
@@ -99,6 +103,9 @@ class DataCache:
         read = sp.read_gbps * 1e9 * min(1.0, per_node / gpus)
         cold = epochs * max(0.0, shard * 8 / read - epoch_s)
         self.starts += 1
+        if job.name in self.planned:
+            self.planned_starts += 1
+            self.planned_right += int(set(nodes) <= self.planned.pop(job.name))
         if self.mode == "none":
             return cold
         missing = max(size - self.nodes[i].cached.get(job.dataset, 0.0) for i in nodes)
@@ -152,20 +159,28 @@ class DataCache:
                 if nc.cached[ds] >= size:
                     nc.queue.pop(0)
 
-    def plan(self, snap: Snapshot, profile: Profile, now: float) -> None:
+    def plan(
+        self, snap: Snapshot, profile: Profile, now: float, runtime_of: RuntimeOf = estimated_runtime
+    ) -> None:
         """Ask the nodes the forecast gives the first waiting gangs to stage their datasets."""
-        if self.mode != "ahead" or now - self.last_plan < self.spec.plan_every_s:
+        if self.mode != "ahead":
             return
-        self.last_plan = now
-        self.advance(snap, now)
+        # only datasets whose copy takes a while: a small one is copied at the start in no time
+        slow = self.spec.min_copy_s * self.spec.stage_gbps * 1e9 / 8
         waiting = [
             e.name
             for e in snap.pending_workloads()
-            if not e.is_ready and any(ps.request.dataset for ps in e.workload.podsets)
+            if not e.is_ready
+            and any(self.sizes.get(ps.request.dataset, 0.0) > slow for ps in e.workload.podsets)
         ][: self.spec.plan_gangs]
-        if not waiting:
+        # at the interval, and as soon as a gang that needs staging starts to wait
+        due = now - self.last_plan >= self.spec.plan_every_s
+        if not waiting or not (due or any(n not in self.considered for n in waiting)):
             return
-        f = forecast(snap, profile, now, targets=set(waiting), max_steps=self.spec.plan_steps)
+        self.considered.update(waiting)
+        self.last_plan = now
+        self.advance(snap, now)
+        f = forecast(snap, profile, now, runtime_of, targets=set(waiting), max_steps=self.spec.plan_steps)
         for name in waiting:
             start = f.starts.get(name)
             if start is None or start - now > self.spec.horizon_s:
@@ -174,6 +189,7 @@ class DataCache:
                 ps.request.dataset for ps in snap.workloads[name].workload.podsets if ps.request.dataset
             )
             size = self.sizes.get(ds, 0.0)
+            self.planned.setdefault(name, set()).update(f.nodes.get(name, []))
             for i in f.nodes.get(name, []):
                 nc = self.nodes[i]
                 if nc.cached.get(ds, 0.0) < size and ds not in nc.queue:

@@ -168,6 +168,9 @@ class ReplayResult:
             "io_wait_gpu_s_per_job": lost / len(readers) if readers else math.nan,
             "io_warm_start_pct": 100.0 * d.warm_starts / d.starts if d.starts else math.nan,
             "io_staged_tb": d.staged_bytes / 1e12,
+            "io_planned_right_pct": 100.0 * d.planned_right / d.planned_starts
+            if d.planned_starts
+            else math.nan,
         }
 
     def _eta_summary(self) -> dict[str, float | int]:
@@ -398,7 +401,13 @@ def replay(
         )
         shares.sample(now)
         if data_cache is not None:
-            data_cache.plan(snap, profile, now)
+            # running jobs end when the replay will end them (their run time with its slowdowns)
+            data_cache.plan(
+                snap,
+                profile,
+                now,
+                lambda e: recs[e.name].run_time if e.name in running else e.workload.estimated_runtime,
+            )
         if eta_every > 0:
             waiting = []
             for ev in batch:

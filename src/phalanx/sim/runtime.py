@@ -43,9 +43,10 @@ class IoSpec(BaseModel):
     epochs: float = Field(default=10.0, gt=0)  # when the trace does not say
     dataset_gb: dict[str, float] = Field(default_factory=dict)  # dataset -> size, when the trace does not say
     samples: dict[str, int] = Field(default_factory=dict)  # dataset -> samples per epoch
-    plan_every_s: float = Field(default=600.0, ge=0)  # staging ahead: how often the forecast is asked
-    plan_gangs: int = Field(default=4, ge=1)  # ... for this many waiting gangs with a dataset
-    plan_steps: int = Field(default=20, ge=1)
+    plan_every_s: float = Field(default=300.0, ge=0)  # staging ahead: how often the forecast is asked
+    plan_gangs: int = Field(default=32, ge=1)  # ... for this many waiting gangs with a dataset
+    min_copy_s: float = Field(default=10.0, ge=0)  # ... whose copy takes longer than this
+    plan_steps: int = Field(default=50, ge=1)
     horizon_s: float = Field(default=3600.0, ge=0)  # ... that should start within this
 
 
