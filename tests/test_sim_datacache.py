@@ -90,3 +90,56 @@ def test_staging_ahead_warms_the_node_a_waiting_gang_will_get() -> None:
 def test_bad_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown data-cache mode 'later'"):
         DataCache(default_runtime().io, {}, "later")
+
+
+def _cli_inputs(tmp_path, size: str = "147Gi"):  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,submit,duration,gpus,dataset,dataset_size\n"
+        f"a,0,4000,8,imagenet,{size}\nb,10,4000,8,imagenet,{size}\nd,8000,4000,8,imagenet,{size}\n"
+    )
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "node_groups:\n  - {name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}\n"
+    )
+    mapping = "submit=submit,duration=duration,gpus=gpus,name=name,dataset=dataset,dataset_size=dataset_size"
+    return [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--map",
+        mapping,
+        "--cluster",
+        str(cluster),
+        "--profiles",
+        "phalanx",
+    ]
+
+
+def test_simulate_reports_input_waits_per_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from typer.testing import CliRunner
+
+    from phalanx.cli.main import app
+
+    res = CliRunner().invoke(
+        app, [*_cli_inputs(tmp_path), "--data-cache", "all", "--out", str(tmp_path / "o")]
+    )
+    assert res.exit_code == 0, res.output
+    rows = {r["experiment"]: r for r in csv.DictReader((tmp_path / "o" / "metrics.csv").open())}
+    none, first = rows["t (data cache: none)"], rows["t (data cache: first-use)"]
+    assert float(none["io_wait_gpu_h"]) > 10 * float(first["io_wait_gpu_h"]) > 0
+    assert float(first["io_warm_start_pct"]) == pytest.approx(100 / 3, abs=0.01)  # d finds it cached
+    assert "GPU-hours lost waiting on input" in (tmp_path / "o" / "index.html").read_text()
+
+
+def test_bad_dataset_size_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from phalanx.cli.main import app
+
+    res = CliRunner().invoke(app, [*_cli_inputs(tmp_path, "lots"), "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0
+    assert "t.csv" in res.output and "dataset_size" in res.output and "lots" in res.output
+    assert "Traceback" not in res.output

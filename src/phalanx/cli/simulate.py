@@ -280,6 +280,12 @@ REPLAY_ETA = {
     "eta_mae_s": "mean |error| s",
     "eta_bias_s": "bias s",
 }
+REPLAY_IO = {
+    "io_wait_gpu_h": "GPU-h lost to input waits",
+    "io_wait_avg_s": "avg input wait s",
+    "io_warm_start_pct": "warm starts %",
+    "io_staged_tb": "copied to caches TB",
+}
 
 
 def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
@@ -299,6 +305,8 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
                 rows,
                 REPLAY_ETA,
             )
+        if rep.data_cache:
+            _table(console, f"Time replay: {rep.name}, input I/O", rows, REPLAY_IO)
 
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:

@@ -48,12 +48,20 @@ REPLAY_COLS = {
     "eta_median_abs_s": ("start forecast: median error", "s"),
     "eta_bias_s": ("start forecast: mean bias", "s"),
 }
+IO_COLS = {
+    "io_wait_gpu_h": ("GPU-hours lost waiting on input", "gpuh"),
+    "io_wait_avg_s": ("average input wait per job", "s"),
+    "io_warm_start_pct": ("starts with the dataset already cached", "pct"),
+    "io_staged_tb": ("TB copied into node caches", "ratio"),
+}
 MISSING = {
     "makespan_s": "not every job completed",
     "jain_index": "never two queues wanting GPUs",
     "max_wait_large_s": "no job of 8+ GPUs",
     "eta_median_abs_s": "no forecast made",
     "eta_bias_s": "no forecast made",
+    "io_warm_start_pct": "no job read a dataset",
+    "io_wait_avg_s": "no job read a dataset",
 }
 
 
@@ -139,9 +147,14 @@ def render(
                 f"checkpoint times checkpoint every {r.checkpoint_interval:g} s; an evicted job loses the "
                 "work since its last one. Jain's index: usage / fair share over the queues that want GPUs, "
                 "time-averaged while two or more do (1 = fair). Start forecast: made when a job arrives "
-                "and has to wait, compared with when it started.",
+                "and has to wait, compared with when it started."
+                + (
+                    f" Input I/O: data cache {r.data_cache} (runtime.yaml io:; docs/datasets.md)."
+                    if r.data_cache
+                    else ""
+                ),
                 summary,
-                REPLAY_COLS,
+                {**REPLAY_COLS, **IO_COLS} if r.data_cache else REPLAY_COLS,
                 figs,
             )
         )
