@@ -99,9 +99,8 @@ def _cli_inputs(tmp_path, size: str = "147Gi"):  # type: ignore[no-untyped-def]
         f"a,0,4000,8,imagenet,{size}\nb,10,4000,8,imagenet,{size}\nd,8000,4000,8,imagenet,{size}\n"
     )
     cluster = tmp_path / "c.yaml"
-    cluster.write_text(
-        "node_groups:\n  - {name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}\n"
-    )
+    group = "{name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}"
+    cluster.write_text(f"node_groups:\n  - {group}\n")
     mapping = "submit=submit,duration=duration,gpus=gpus,name=name,dataset=dataset,dataset_size=dataset_size"
     return [
         "simulate",
