@@ -236,3 +236,44 @@ def test_scheduler_asks_for_staging_ahead_of_a_waiting_gang(
     assert _md5s(tmp_path / "cache-e" / "ready" / "default" / "imagenet") == sums
     assert _status(kube)["nodes"]["gpu-e"]["state"] == "ready"
     time.sleep(0)  # the request is cleared by the scheduler once the data is there (next cycle)
+
+
+def test_a_dataset_in_use_is_never_evicted_and_lru_makes_room(
+    kube: Kube, s3: Any, source: Any, tmp_path: Path
+) -> None:
+    prefix, _ = source  # 7.8 MiB
+    kube.api.create("nodes", node("gpu-f", gpus=8))
+    _dataset(kube, s3, prefix, name="first", nodes=["gpu-f"])
+    root = tmp_path / "cache-f"
+    cap = ["--capacity", "12Mi"]  # room for one copy only
+    out, _ = _agent(kube, "gpu-f", root, "--once", *cap).communicate(timeout=120)
+    assert "dataset default/first ready" in out, out
+    # a pod bound here uses it: the second dataset cannot take its place
+    kube.create(pod("user", gpus=1, node="gpu-f", annotations={keys.DATASET: "first"}))
+    _dataset(kube, s3, prefix, name="second", nodes=["gpu-f"])
+    out, _ = _agent(kube, "gpu-f", root, "--once", *cap).communicate(timeout=120)
+    entry = _status(kube, "second")["nodes"]["gpu-f"]
+    assert entry["state"] == "failed" and entry["reason"].startswith("cache full:"), out
+    assert "datasets in use" in entry["reason"]
+    assert _status(kube, "first")["nodes"]["gpu-f"]["state"] == "ready"
+    # the pod is gone: the least recently used copy makes room
+    kube.force_delete_pod("user")
+    wait_for("the pod gone", lambda: kube.api.get_pod("default", "user") is None)
+    out, _ = _agent(kube, "gpu-f", root, "--once", *cap).communicate(timeout=120)
+    assert "dataset default/first: evicted (least recently used) to make room for default/second" in out, out
+    notes = (kube.api.get("nodes", "gpu-f") or {})["metadata"]["annotations"]
+    assert list(json.loads(notes[keys.CACHED_DATASETS])) == ["default/second"]
+    assert "gpu-f" not in (_status(kube, "first").get("nodes") or {})
+    assert _status(kube, "second")["nodes"]["gpu-f"]["state"] == "ready"
+
+
+def test_a_dataset_larger_than_the_cache_fails_clearly(
+    kube: Kube, s3: Any, source: Any, tmp_path: Path
+) -> None:
+    prefix, _ = source
+    kube.api.create("nodes", node("gpu-g", gpus=8))
+    _dataset(kube, s3, prefix, nodes=["gpu-g"])
+    out, _ = _agent(kube, "gpu-g", tmp_path / "c", "--once", "--capacity", "1Mi").communicate(timeout=60)
+    entry = _status(kube)["nodes"]["gpu-g"]
+    assert entry["state"] == "failed", out
+    assert entry["reason"] == "the dataset (7.4 MiB) is larger than this node's cache (1.0 MiB)"
