@@ -68,3 +68,13 @@ def test_main_command_runs_with_no_arguments(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "index.html").is_file()
     assert "FGD protocol: openb-slice" in r.output
+    # the example a new user sees first shows phalanx at or above every baseline it is compared with
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
+    fgd = {r["profile"]: r for r in rows if r["experiment"] == "openb-slice"}
+    assert set(fgd) == {"phalanx", "fgd", "bestfit", "random"}
+    for x in ("alloc_x100", "alloc_x130"):
+        assert all(float(fgd["phalanx"][x]) >= float(r[x]) for r in fgd.values()), x
+    rep = {r["profile"]: r for r in rows if r["experiment"] == "tiresias-60job"}
+    assert all(float(rep["phalanx"]["avg_jct_s"]) <= float(r["avg_jct_s"]) for r in rep.values())
