@@ -179,8 +179,14 @@ def _fgd_verdict(name: str, rows: list[dict[str, object]]) -> str:
     who, v, rest = _best(rows, "alloc_x100", high=True)
     if not who:
         return ""
-    runner = f", ahead of {rest[0][0]} ({rest[0][1]:.1f} %)" if rest else ""
-    return f"On the FGD protocol ({name}), {who} allocates the most GPUs at full load: {v:.1f} %{runner}."
+    digits = 2 if rest and abs(v - rest[0][1]) < 0.05 else 1  # a close race is shown as one
+    if rest and round(v, digits) == round(rest[0][1], digits):
+        runner = f", tied with {rest[0][0]}"
+    else:
+        runner = f", ahead of {rest[0][0]} ({rest[0][1]:.{digits}f} %)" if rest else ""
+    return (
+        f"On the FGD protocol ({name}), {who} allocates the most GPUs at full load: {v:.{digits}f} %{runner}."
+    )
 
 
 def _replay_verdict(name: str, rows: list[dict[str, object]]) -> str:
