@@ -144,7 +144,7 @@ def test_store_promotes_atomically_and_evicts_least_recently_used(tmp_path: Path
         (d / MANIFEST).write_text("{}")
         assert not store.ready_dir(key).exists()
         store.promote(key, "s3://b/" + key)
-        store.touch(key, used)
+        store.touch([key], used)
         assert (store.ready_dir(key) / "x").stat().st_size == size
         assert not (store.ready_dir(key) / MANIFEST).exists()
     assert store.used() == 900

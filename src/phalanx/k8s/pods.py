@@ -18,6 +18,7 @@ from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest, Tolerati
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.affinity import node_selector_terms
+from phalanx.spec.datasets import pod_dataset
 from phalanx.spec.quantity import cpu_milli, memory_mib, whole_number
 
 DONE_PHASES = ("Succeeded", "Failed")
@@ -176,8 +177,7 @@ def _request(
 
 def dataset_of(notes: dict[str, str], namespace: str) -> str:
     """The pod's dataset as the caches key it: `namespace/name` (a bare name is in the pod's namespace)."""
-    name = notes.get(keys.DATASET, "").strip()
-    return name if not name or "/" in name else f"{namespace}/{name}"
+    return pod_dataset(notes.get(keys.DATASET, ""), namespace)
 
 
 def _node_affinity(affinity: Any, where: str) -> tuple[NodeSelectorTerm, ...]:

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from phalanx.core.errors import SpecError
 from phalanx.node import stager
 from phalanx.node.cachestore import CacheStore
-from phalanx.spec.datasets import Dataset, dataset_key, parse_dataset
+from phalanx.spec.datasets import Dataset, dataset_key, parse_dataset, pod_dataset
 
 log = logging.getLogger("phalanx.cache")
 CACHED = "phalanx.io/cached-datasets"
@@ -95,9 +95,7 @@ class CacheAgent:
         datasets, bad = self._datasets()
         in_use = self._in_use(datasets)
         wants = self._wants(datasets, in_use)
-        for key in self.store.ready():
-            if key in in_use:
-                self.store.touch(key)
+        self.store.touch([k for k in self.store.ready() if k in in_use])
         for key, why in bad.items():
             if any(w.key == key for w in wants):
                 self._status(key, {"state": "failed", "reason": why})
@@ -154,8 +152,9 @@ class CacheAgent:
             if not name or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             ns = str(meta.get("namespace") or "default")
+            key_ns, _, key_name = pod_dataset(name, ns).partition("/")
             try:
-                key = name if "/" in name else dataset_key(ns, name, f"pod {ns}/{meta.get('name')}")
+                key = dataset_key(key_ns, key_name, f"pod {ns}/{meta.get('name')}: annotation {DATASET}")
             except SpecError as e:
                 log.warning("%s", e)
                 continue
@@ -179,8 +178,10 @@ class CacheAgent:
         out = [Want(k, "in use by " + ", ".join(v[:3])) for k, v in sorted(in_use.items())]
         out += [Want(k, "requested by the scheduler") for k in requested]
         out += [Want(k, "spec.nodes") for k, d in sorted(datasets.items()) if self.node in d.spec.nodes]
-        seen: set[str] = set()
-        return [w for w in out if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
+        first: dict[str, Want] = {}
+        for w in out:
+            first.setdefault(w.key, w)  # the most urgent reason for each dataset
+        return list(first.values())
 
     # ------------------------------------------------------------------ staging
     def _filesystem(self, ds: Dataset) -> tuple[Any, str]:

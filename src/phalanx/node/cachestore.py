@@ -92,9 +92,12 @@ class CacheStore:
         """Bytes held: ready copies, and what staging folders hold so far."""
         return sum(e.bytes for e in self.index.values()) + sum(self.staged_bytes(k) for k in self.staging())
 
-    def touch(self, key: str, now: float | None = None) -> None:
-        if key in self.index:
-            self.index[key].last_used = time.time() if now is None else now
+    def touch(self, keys: list[str], now: float | None = None) -> None:
+        """These copies were used now: one index write for all of them."""
+        keys = [k for k in keys if k in self.index]
+        for k in keys:
+            self.index[k].last_used = time.time() if now is None else now
+        if keys:
             self.save()
 
     # ------------------------------------------------------------------ changes

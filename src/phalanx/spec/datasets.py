@@ -62,6 +62,12 @@ def dataset_key(namespace: str, name: str, where: str) -> str:
     return f"{namespace}/{name}"
 
 
+def pod_dataset(name: str, namespace: str) -> str:
+    """A pod's `phalanx.io/dataset` as the caches key it: a bare name is in the pod's namespace."""
+    name = name.strip()
+    return name if not name or "/" in name else f"{namespace}/{name}"
+
+
 def parse_dataset(obj: dict[str, Any]) -> Dataset:
     """A Dataset object from the API -> Dataset, or SpecError naming the object and the field."""
     meta = obj.get("metadata") or {}
