@@ -101,6 +101,36 @@ def test_consolidation_never_moves_non_preemptible_tasks_or_evicts_without_a_fit
     assert not result.evictions and sc.bound("gang") == 0
 
 
+def test_consolidation_moves_a_share_so_its_gpu_frees_up_for_a_whole_gpu_task():
+    sc = Scenario(nodes(3, gpus=1), profile=profile(["allocate"], scorer="spread"))
+    sc.add(make_workload("small").podset("p", fraction=0.3).created(0).build())
+    sc.add(make_workload("half").podset("p", fraction=0.5).created(1).build())
+    sc.add(make_workload("pinned").podset("p", fraction=0.4).preemptible(False).created(2).build())
+    sc.run()
+    assert sorted(len(sc.snapshot.on_node[i]) for i in range(3)) == [1, 1, 1]  # 1.2 GPUs used on 3
+    sc.add(make_workload("whole").podset("p", gpu=1).created(10).build())
+    sc.prof = profile(["allocate", {"name": "consolidate", "args": {"max_moves": 1}}])
+    result = sc.cycle()
+    assert sc.bound("whole") == 1
+    # one move: a share into another GPU's hole, leaving its own GPU whole (the pinned one stays)
+    assert [e.workload for e in result.evictions] == ["small"] or [e.workload for e in result.evictions] == [
+        "half"
+    ]
+    node_of = {a.task.workload: a.node for a in sc.snapshot.allocations.values()}
+    assert node_of["whole"] not in {node_of["small"], node_of["half"], node_of["pinned"]}
+    assert sc.bound("small") == 1 and sc.bound("half") == 1
+
+
+def test_consolidation_does_not_swap_a_task_for_one_of_its_own_shape():
+    sc = Scenario(nodes(1, gpus=1), profile=profile(["allocate"]))
+    sc.add(make_workload("a").podset("p", fraction=0.6).created(0).build())
+    sc.run()
+    sc.add(make_workload("b").podset("p", fraction=0.6).created(1).build())
+    sc.prof = profile(["allocate", {"name": "consolidate", "args": {"max_moves": 4}}])
+    result = sc.cycle()
+    assert not result.evictions and sc.bound("b") == 0
+
+
 def test_las_orders_by_attained_service_level_and_preempts_across_levels():
     las = {"name": "las", "args": {"thresholds": [100]}}
     prof = profile(["allocate", {"name": "preempt", "args": {"by": "order"}}], order=[las])

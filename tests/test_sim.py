@@ -53,6 +53,19 @@ def test_fgd_protocol_log_is_identical_to_the_byte_for_a_seed():
     assert other.getvalue() != logs[0]
 
 
+def test_fgd_protocol_with_a_move_budget_moves_shares_within_it_and_places_more():
+    nodes, pods = slice_inputs()
+    plain = run_fgd(nodes, pods, load_profile("phalanx"), seed=42)
+    moving = run_fgd(nodes, pods, load_profile("phalanx"), seed=42, moves=0.02, movable=lambda p: True)
+    assert plain.moves == 0
+    placed = moving.submitted - moving.failed
+    assert 0 < moving.moves <= 0.02 * placed
+    assert placed > plain.submitted - plain.failed
+    assert moving.discrete()[0][130] > plain.discrete()[0][130]
+    none_movable = run_fgd(nodes, pods, load_profile("phalanx"), seed=42, moves=0.02, movable=lambda p: False)
+    assert none_movable.moves == 0 and none_movable.failed == plain.failed
+
+
 def test_fgd_protocol_bookkeeping():
     nodes, pods = slice_inputs()
     run = run_fgd(nodes, pods, load_profile("fgd"), seed=1)

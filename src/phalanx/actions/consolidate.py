@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from phalanx.actions.gang import gang_tasks, upper_bound
-from phalanx.core.feasibility import find_candidates
-from phalanx.core.model import MILLI, Task
+from phalanx.actions.gang import gang_tasks
+from phalanx.core.cluster import DeviceAssignment
+from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
-from phalanx.core.snapshot import Allocation, WorkloadEntry
+from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Statement
 
 
@@ -54,10 +54,8 @@ class Consolidate:
             if not gang:
                 continue
             if key not in fragmented:
-                # short of capacity rather than fragmented, or it fits as is: nothing to do
-                fragmented[key] = self.enough_in_total(session, gang) and upper_bound(session, gang) < len(
-                    gang
-                )
+                # short of capacity rather than fragmented: nothing to do (allocate found no room)
+                fragmented[key] = self.enough_in_total(session, gang)
             if not fragmented[key]:
                 continue
             if session.admit(entry, gang) is not None:
@@ -80,9 +78,9 @@ class Consolidate:
         ok = np.asarray(c.node_ready, dtype=np.bool_)
         for r in reqs:
             ok = ok & s.static_mask(r)
-        gpus = sum(r.gpu.devices for r in reqs if r.gpu.total_milli >= MILLI)
+        milli = sum(r.gpu.total_milli for r in reqs)  # shares can be moved together to free whole GPUs
         return (
-            int(c.gpu_whole_free[ok].sum()) >= gpus
+            int(c.gpu_free_total[ok].sum()) >= milli
             and int(c.cpu_free[ok].sum()) >= sum(r.cpu_milli for r in reqs)
             and int(c.mem_free[ok].sum()) >= sum(r.memory_mib for r in reqs)
         )
@@ -114,40 +112,47 @@ class Consolidate:
         return used
 
     def room(self, session: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per node: movable tasks, and the whole GPUs, CPU and memory they would free."""
+        """Per node: movable tasks, GPU milli they hold per device, and the CPU and memory they would free."""
         if self._room is None:
             s = session.snapshot
-            n = len(s.cluster)
+            c = s.cluster
+            n = len(c)
             count = np.zeros(n, dtype=np.int64)
-            gpus = np.zeros(n, dtype=np.int64)
+            milli = np.zeros((n, c.max_gpus), dtype=np.int64)
             cpu = np.zeros(n, dtype=np.int64)
             mem = np.zeros(n, dtype=np.int64)
             for a in s.allocations.values():
                 if self.movable(session, a, ""):
                     i = a.node
                     count[i] += 1
-                    gpus[i] += len(a.devices.gpus) if a.devices.milli >= MILLI else 0
+                    for d in a.devices.gpus:
+                        milli[i, d] += device_milli(a.devices)
                     cpu[i] += a.cpu_milli
                     mem[i] += a.memory_mib
-            self._room = (count, gpus, cpu, mem)
+            self._room = (count, milli, cpu, mem)
         return self._room
 
     def target_nodes(self, session: Session, gang: str, task: Task, taken: np.ndarray) -> list[int]:
-        """Nodes where moving out movable tasks would make room, fewest moves first."""
+        """Nodes where moving out movable tasks would make room, fewest movable tasks first.
+
+        GPU room is counted per device: a share needs one GPU whose free plus movable milli
+        reaches it, whole GPUs need that many devices that would be wholly free.
+        """
         s = session.snapshot
         c = s.cluster
         req = session.effective(task.request)
-        need = req.gpu.devices if req.gpu.total_milli >= MILLI else 1
-        count, gpus, cpu, mem = self.room(session)
+        count, milli, cpu, mem = self.room(session)
         ok = (
             ~taken
             & c.node_ready
             & s.static_mask(req)
             & (count > 0)
-            & (c.gpu_whole_free + gpus >= need)
             & (c.cpu_free + cpu >= req.cpu_milli)
             & (c.mem_free + mem >= req.memory_mib)
         )
+        if req.gpu.kind is not GpuKind.NONE:
+            need, per = gpu_need(req)
+            ok &= ((c.gpu_milli_free + milli) >= per).sum(axis=1) >= need
         idx = np.nonzero(ok)[0]
         if not len(idx):
             return []
@@ -162,13 +167,17 @@ class Consolidate:
         start = stmt.checkpoint()
         here = np.zeros(len(s.cluster), dtype=np.bool_)
         here[i] = True
-        movers = sorted(
-            (a for a in s.on_node[i].values() if self.movable(session, a, gang)),
-            key=lambda a: (a.devices.milli * len(a.devices.gpus), a.cpu_milli, a.task.name),
-        )
+        req = session.effective(task.request)
+        # one of the task's own shape would need the room it leaves: moving it gains nothing
+        shape = req.shape_key
+        movers = [
+            a
+            for a in s.on_node[i].values()
+            if self.movable(session, a, gang) and session.effective(a.task.request).shape_key != shape
+        ]
         evicted: list[Allocation] = []
-        for a in movers:
-            if len(find_candidates(s, session.effective(task.request), here)):
+        for a in self.eviction_order(s, i, req, movers):
+            if len(session.candidates(task, here).candidates):
                 break
             if len(evicted) >= budget:
                 stmt.rollback(start)
@@ -176,7 +185,8 @@ class Consolidate:
             stmt.evict(a, f"moved to make room for {gang}")
             evicted.append(a)
         elsewhere = ~(here | taken)
-        for a in evicted:
+        # the largest first, as a packer would: small ones fit into what is left
+        for a in sorted(evicted, key=lambda a: (-device_milli(a.devices) * len(a.devices.gpus), a.task.name)):
             if session.place(a.task, stmt, elsewhere) is None:
                 stmt.rollback(start)
                 return None
@@ -184,3 +194,53 @@ class Consolidate:
             stmt.rollback(start)
             return None
         return len(evicted)
+
+    @staticmethod
+    def eviction_order(s: Snapshot, i: int, req: TaskRequest, movers: list[Allocation]) -> list[Allocation]:
+        """Movers on the GPUs needing the fewest evictions to take `req` first, then the rest, smallest first.
+
+        Evicting from the devices nearest to fitting (largest movers first within a device)
+        keeps the number of moves low; what remains only matters for CPU and memory.
+        """
+        rest = sorted(
+            movers, key=lambda a: (device_milli(a.devices) * len(a.devices.gpus), a.cpu_milli, a.task.name)
+        )
+        if req.gpu.kind is GpuKind.NONE:
+            return rest
+        need, per = gpu_need(req)
+        c = s.cluster
+        # a GPU with room already did not take the task: unless CPU or memory is what is short,
+        # its profile's filters kept it off (say, an untouched GPU kept for whole-GPU tasks)
+        short = bool(c.cpu_free[i] < req.cpu_milli or c.mem_free[i] < req.memory_mib)
+        plans: list[tuple[int, int, list[Allocation]]] = []
+        for d in range(int(c.gpu_count[i])):
+            on = sorted(
+                (a for a in movers if d in a.devices.gpus),
+                key=lambda a: (-device_milli(a.devices), a.task.name),
+            )
+            free = int(c.gpu_milli_free[i, d])
+            chosen: list[Allocation] = []
+            for a in on:
+                if free >= per:
+                    break
+                free += device_milli(a.devices)
+                chosen.append(a)
+            if free >= per and (chosen or short):
+                plans.append((len(chosen), d, chosen))
+        plans.sort(key=lambda p: (p[0], p[1]))
+        first: list[Allocation] = []
+        for _, _, chosen in plans[:need]:
+            first += [a for a in chosen if a not in first]
+        return first + [a for a in rest if a not in first]
+
+
+def device_milli(d: DeviceAssignment) -> int:
+    """GPU milli an assignment holds on each of its GPUs (a MIG slice counts as none)."""
+    return 0 if d.mig is not None else (MILLI if d.whole else d.milli)
+
+
+def gpu_need(req: TaskRequest) -> tuple[int, int]:
+    """How many GPUs a request needs and how much of each (memory-sized shares and MIG count whole)."""
+    if req.gpu.kind is GpuKind.FRACTION:
+        return req.gpu.devices, req.gpu.milli
+    return max(req.gpu.devices, 1), MILLI

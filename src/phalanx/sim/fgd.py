@@ -6,7 +6,7 @@
    (with replacement) are appended until the cumulative GPU request reaches `tune` x the
    cluster's GPU capacity (the artifact checks the next pod's per-GPU share against the target).
 3. Pods are submitted one at a time with no departures. A pod that cannot be placed on arrival
-   fails and is never retried; no running pod is moved.
+   fails and is never retried; no running pod is moved (unless `moves` allows it: see `run_fgd`).
 4. After every submission: arrived GPU request, allocated GPU, fragmented GPU and the
    fragmentation rate, with FGD's definitions.
 
@@ -15,6 +15,7 @@ Every placement goes through `run_cycle`, unchanged, on a snapshot kept up to da
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
+from phalanx.actions.consolidate import Consolidate
 from phalanx.core.cycle import run_cycle
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable
 from phalanx.core.model import Node
@@ -92,6 +94,7 @@ class FgdRun:
     frag_ratio: list[float] = field(default_factory=list)
     failed: int = 0
     submitted: int = 0
+    moves: int = 0  # running pods moved to make room (the protocol variant with a move budget)
 
     def discrete(self) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
         """Per x = arrived GPU as % of capacity (0..130): allocation %, frag % of all GPUs, frag rate %.
@@ -130,11 +133,25 @@ def run_fgd(
     progress: Callable[[int, int], None] | None = None,
     node_rank: Callable[[Snapshot, np.random.Generator], npt.NDArray[np.int64]] | None = None,
     at_end: Callable[[Snapshot], None] | None = None,
+    moves: float = 0.0,
+    movable: Callable[[OpenbPod], bool] | None = None,
 ) -> FgdRun:
     """Submit the pods one at a time through `run_cycle` and record the series.
 
     `at_end` sees the final snapshot (benchmarks/fgd_idle.py reads where the idle GPUs sit).
+
+    `moves` > 0 runs the variant a defragmenting scheduler can play and FGD cannot: a pod
+    that does not fit may have `consolidate` move running pods for which `movable` holds
+    (default: those that share a GPU) to other nodes, while the moves made so far stay
+    within `moves` x the pods placed so far.
     """
+    mover: Consolidate | None = None
+    if moves > 0:
+        mover = next((a for a in profile.actions if isinstance(a, Consolidate)), None)
+        if mover is None:
+            mover = Consolidate(max_nodes=16)
+            profile = dataclasses.replace(profile, actions=[*profile.actions, mover])
+    is_movable = movable or (lambda p: p.shares_gpu)
     types = typical_task_types(pods)
     snap = Snapshot(nodes, task_types=types)
     c = snap.cluster
@@ -148,9 +165,14 @@ def run_fgd(
     run = FgdRun(total_gpus=int(c.shared_count.sum()))
     arrived = 0
     for k, (name, pod) in enumerate(seq):
-        snap.add_workload(pod.workload(name, creation_time=float(k)))
+        if mover is not None:
+            mover.max_moves = max(0, int(moves * (k - run.failed)) - run.moves)
+        snap.add_workload(
+            pod.workload(name, creation_time=float(k), preemptible=mover is None or is_movable(pod))
+        )
         result = run_cycle(snap, profile, float(k), rng, apply=True)
         arrived += pod.gpu_milli_total
+        run.moves += len(result.evictions)
         if not result.binds:
             snap.remove_workload(name)
             run.failed += 1

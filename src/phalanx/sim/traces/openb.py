@@ -30,6 +30,7 @@ class OpenbPod:
     creation_time: float
     deletion_time: float
     line: int
+    qos: str = ""  # LS (latency-sensitive services), BE (best effort), Burstable, Guaranteed
 
     @property
     def request(self) -> TaskRequest:
@@ -45,8 +46,19 @@ class OpenbPod:
     def gpu_milli_total(self) -> int:
         return self.num_gpu * self.gpu_milli
 
-    def workload(self, name: str | None = None, creation_time: float = 0.0) -> Workload:
-        return Workload(name or self.name, (PodSet("pod", 1, self.request),), creation_time=creation_time)
+    @property
+    def shares_gpu(self) -> bool:
+        return self.num_gpu == 1 and self.gpu_milli < 1000
+
+    def workload(
+        self, name: str | None = None, creation_time: float = 0.0, preemptible: bool = True
+    ) -> Workload:
+        return Workload(
+            name or self.name,
+            (PodSet("pod", 1, self.request),),
+            creation_time=creation_time,
+            preemptible=preemptible,
+        )
 
 
 def load_nodes(path: str | Path, include_cpu_nodes: bool = True) -> list[Node]:
@@ -95,6 +107,7 @@ def load_pods(path: str | Path) -> list[OpenbPod]:
                 row.float("creation_time", 0.0, None),
                 row.float("deletion_time", 0.0, None),
                 row.line,
+                row.text("qos", ""),
             )
         )
     if not pods:
