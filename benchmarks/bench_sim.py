@@ -7,6 +7,7 @@ and the time-replay comparison on the Tiresias and Gavel traces.
     python benchmarks/bench_sim.py replay                    # Tiresias, Gavel: phalanx, fifo, k8s-default
     python benchmarks/bench_sim.py tenancy [--limit N] [--profiles a,b]  # Gavel VCs as 15 queues
     python benchmarks/bench_sim.py tenancy --ablate reserve,reclaim  # phalanx-queues minus an action
+    python benchmarks/bench_sim.py tenancy --load 0.5 | --trace pollux  # lighter load, another trace
 
 Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --out (not committed).
 """
@@ -14,6 +15,7 @@ Results print as markdown tables (copied into docs/benchmarks.md); CSVs go to --
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import multiprocessing as mp
 import resource
@@ -29,7 +31,7 @@ from phalanx.profiles import compile_profile, load_profile
 from phalanx.sim.bench import BenchJob, diff, parse_seeds, run_bench, write_results
 from phalanx.sim.fgd import run_fgd
 from phalanx.sim.replay import replay
-from phalanx.sim.traces import gavel, openb, tiresias
+from phalanx.sim.traces import gavel, openb, pollux, tiresias
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 OPENB = TRACES / "alibaba-gpu-v2023-openb" / "csv"
@@ -170,18 +172,43 @@ def without(action: str) -> Profile:
     return compile_profile(data, f"phalanx-queues without {action}")
 
 
-def tenancy(limit: int = 0, ablate: str = "", only: str = "") -> None:
-    """Gavel msr seed 0: its 15 virtual clusters as 15 queues with equal deserved GPUs (500 / 15)."""
-    jobs = gavel_jobs()
-    if limit:
-        jobs = sorted(jobs, key=lambda j: j.submit)[:limit]
-    nodes, levels = gavel.philly_cluster()
-    vcs = sorted({j.queue for j in jobs})
-    share = 500_000 / len(vcs)
-    tree = QueueTree(Queue(v, quotas={"gpu": ResourceQuota(share)}) for v in vcs)
+def tenancy_input(trace: str, limit: int, load: float) -> list[tuple[str, list, list, list[str]]]:
+    """(label, jobs, nodes, topology levels) per replay; each job's queue is its tenant.
+
+    gavel: the msr seed 0 trace on 500 V100 (Philly's shape), a queue per virtual cluster.
+    pollux: the eight `workloads-realistic` files on the Pollux testbed (64 T4), a queue per
+    application (cifar10, bert, ...): the trace has no users, so each model stands for a team.
+    `load` < 1 spreads the arrivals over 1 / load of the time (a lighter load).
+    """
+    out = []
+    if trace == "gavel":
+        jobs = gavel_jobs()
+        if limit:
+            jobs = sorted(jobs, key=lambda j: j.submit)[:limit]
+        nodes, levels = gavel.philly_cluster()
+        out.append(("gavel msr seed 0", jobs, nodes, levels))
+    else:
+        nodes, levels = pollux.testbed_cluster()
+        for f in sorted((TRACES / "pollux-workloads" / "workloads-realistic").glob("workload-*.csv")):
+            jobs = [dataclasses.replace(j, queue=j.model) for j in pollux.load_jobs(f)]
+            out.append((f"pollux {f.stem}", jobs, nodes, levels))
+    if load != 1.0:
+        for _, jobs, _, _ in out:
+            t0 = min(j.submit for j in jobs)
+            jobs[:] = [dataclasses.replace(j, submit=t0 + (j.submit - t0) / load) for j in jobs]
+    return out
+
+
+def tenancy(
+    limit: int = 0, ablate: str = "", only: str = "", trace: str = "gavel", load: float = 1.0
+) -> None:
+    """Tenants as queues with equal deserved GPUs and no limits (see `tenancy_input`)."""
+    inputs = tenancy_input(trace, limit, load)
+    njobs = sum(len(j) for _, j, _, _ in inputs)
+    gpus = sum(len(n.gpus) for n in inputs[0][2])
     print(
-        f"Gavel msr seed 0, {len(jobs):,} jobs, 500 V100, {len(vcs)} VC queues "
-        f"(deserved {share / 1000:.1f} GPUs each), checkpoints every 300 s\n"
+        f"{trace}: {len(inputs)} replay(s), {njobs:,} jobs, {gpus} GPUs, load {load:g}, a queue per tenant "
+        "with equal deserved GPUs, checkpoints every 300 s; figures are means over the replays\n"
     )
     print(
         "| profile | avg JCT (s) | p95 JCT (s) | avg wait (s) | max wait 8+ GPU (s) | Jain | evictions "
@@ -190,14 +217,27 @@ def tenancy(limit: int = 0, ablate: str = "", only: str = "") -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     names = only.split(",") if only else ["phalanx-queues", "phalanx", "fifo", "las"]
     profiles = [without(a) for a in ablate.split(",") if a] or [load_profile(p) for p in names]
+    keys = ("avg_jct_s", "p95_jct_s", "avg_wait_s", "max_wait_large_s", "jain_index", "evictions")
+    keys += ("lost_gpu_h_preempt", "gpu_alloc_pct", "starved")
     for profile in profiles:
-        prof = profile.name
         t = time.perf_counter()
-        s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree).summary()
-        cells = [f"{s[k]:,.0f}" for k in ("avg_jct_s", "p95_jct_s", "avg_wait_s", "max_wait_large_s")]
-        cells += [f"{s['jain_index']:.3f}", f"{s['evictions']:,}", f"{s['lost_gpu_h_preempt']:,.0f}"]
-        cells += [f"{s['gpu_alloc_pct']:.1f}", str(s["starved"])]
-        print(f"| {prof} | " + " | ".join(cells) + f" | {time.perf_counter() - t:.0f} |", flush=True)
+        sums = dict.fromkeys(keys, 0.0)
+        for _, jobs, nodes, levels in inputs:
+            vcs = sorted({j.queue for j in jobs})
+            share = len(nodes[0].gpus) * len(nodes) * 1000 / len(vcs)
+            tree = QueueTree(Queue(v, quotas={"gpu": ResourceQuota(share)}) for v in vcs)
+            s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree).summary()
+            for k in keys:
+                v = float(s[k])
+                sums[k] += 0.0 if math.isnan(v) else v / len(inputs)
+        cells = [f"{sums[k]:,.0f}" for k in keys[:4]]
+        cells += [
+            f"{sums['jain_index']:.3f}",
+            f"{sums['evictions']:,.0f}",
+            f"{sums['lost_gpu_h_preempt']:,.0f}",
+        ]
+        cells += [f"{sums['gpu_alloc_pct']:.1f}", f"{sums['starved']:.0f}"]
+        print(f"| {profile.name} | " + " | ".join(cells) + f" | {time.perf_counter() - t:.0f} |", flush=True)
 
 
 def main() -> None:
@@ -206,6 +246,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="tenancy: only the first N jobs")
     ap.add_argument("--ablate", default="", help="tenancy: phalanx-queues without each of these actions")
     ap.add_argument("--profiles", default="", help="tenancy: only these profiles (comma-separated)")
+    ap.add_argument("--trace", choices=["gavel", "pollux"], default="gavel", help="tenancy: which trace")
+    ap.add_argument("--load", type=float, default=1.0, help="tenancy: arrival rate scale (< 1: lighter)")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -218,7 +260,7 @@ def main() -> None:
     elif args.what == "speed":
         speed()
     elif args.what == "tenancy":
-        tenancy(args.limit, args.ablate, args.profiles)
+        tenancy(args.limit, args.ablate, args.profiles, args.trace, args.load)
     else:
         replays()
 

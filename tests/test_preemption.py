@@ -91,6 +91,37 @@ def test_reclaim_takes_back_borrowed_gpus_but_not_below_deserved():
     assert not sc.run().evictions and sc.bound("b1") == 0
 
 
+def test_preempt_after_reclaim_in_one_cycle_skips_workloads_reclaim_evicted():
+    """Reclaim and preempt with different minimum runtimes: preempt lists victims after reclaim took some."""
+    tree = QueueTree([Queue("a", quotas=gpu(2)), Queue("b", quotas=gpu(2))])
+    sc = scenario(tree)
+    sc.prof = compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [
+                {"name": "allocate"},
+                {"name": "reclaim", "args": {"min_runtime": 2}},
+                {"name": "preempt", "args": {"min_runtime": 1}},
+            ],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+    for k in range(4):
+        sc.add(make_workload(f"a{k}").podset("p", gpu=1).queue("a").created(k).build())
+    sc.run()
+    for _ in range(3):
+        sc.cycle()
+    sc.add(make_workload("b0").podset("p", gpu=2).queue("b").created(10).build())
+    sc.add(make_workload("urgent").podset("p", gpu=1).queue("a").priority(5).created(11).build())
+    result = sc.cycle()
+    assert sc.bound("b0") == 1 and sc.bound("urgent") == 1
+    assert len(result.evictions) == 3  # two reclaimed by b, one preempted by urgent
+    assert sum(sc.bound(f"a{k}") for k in range(4)) == 1
+
+
 def test_reclaim_that_would_cut_into_deserved_quota_does_nothing():
     tree = QueueTree([Queue("a", quotas=gpu(3)), Queue("b", quotas=gpu(1))])
     sc = scenario(tree)

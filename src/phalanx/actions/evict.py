@@ -118,6 +118,8 @@ def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Vict
     out: list[Victim] = []
     now = session.clock
     for entry in _running_by_queue(session).get(queue, ()):
+        if not entry.bound:  # evicted earlier in this cycle (the listing is the cycle's first)
+            continue
         started = run_start(entry)
         if now - started < min_runtime:
             continue
