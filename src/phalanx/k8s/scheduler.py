@@ -46,6 +46,7 @@ from phalanx.k8s.kueue import Kueue
 from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
+from phalanx.k8s.service import AttainedService
 from phalanx.k8s.shares import Shares
 from phalanx.k8s.staging import StageRequests
 from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
@@ -77,6 +78,7 @@ class Scheduler:
         self.cfg = cfg
         self.profile = profile
         self.clock = clock
+        self.service = AttainedService()
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
@@ -161,6 +163,7 @@ class Scheduler:
         world = build_world(
             self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra, kq, jobs
         )
+        self.service.apply(world.snapshot)
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
