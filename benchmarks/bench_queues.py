@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=20_000)
     ap.add_argument("--fill", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--profile", default="phalanx-queues", help="the queue profile timed (name or YAML path)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     ns = nodes(args.nodes)
@@ -117,16 +118,16 @@ def main() -> None:
     snap.advance(0.0)
     snap.advance(3600.0)
     running = len(snap.running)
-    cycle_s, result = timed(snap, "phalanx-queues", 3600.0)
+    cycle_s, result = timed(snap, args.profile, 3600.0)
     running2, pending2 = len(snap.running), len(snap.pending_workloads())
-    again_s, again = timed(snap, "phalanx-queues", 3601.0)
+    again_s, again = timed(snap, args.profile, 3601.0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     nq = len(qt.queues)
     print("| phase | nodes | queues | running workloads | pending workloads | binds | evictions | s |")
     print("|---|---|---|---|---|---|---|---|")
     row("fill (cold allocate from empty, `phalanx`)", args.nodes, nq, 0, k, fill, fill_s)
     row(
-        f"full cycle (`phalanx-queues`), GPUs {100 * used:.0f}% used",
+        f"full cycle (`{args.profile}`), GPUs {100 * used:.0f}% used",
         args.nodes,
         nq,
         running,

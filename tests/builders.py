@@ -173,6 +173,10 @@ class WorkloadBuilder:
         self._kw["priority"] = p
         return self
 
+    def checkpoints(self, every_s: float) -> WorkloadBuilder:
+        self._kw["checkpoint_interval"] = every_s
+        return self
+
     def created(self, t: float) -> WorkloadBuilder:
         self._kw["creation_time"] = t
         return self

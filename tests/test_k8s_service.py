@@ -1,4 +1,4 @@
-"""Attained service survives the per-cycle rebuild of the world, so LAS does not forget a preempted workload."""
+"""Attained service survives the per-cycle rebuild of the world: LAS does not forget a preempted workload."""
 
 from builders import Scenario, make_node, make_workload
 from phalanx.k8s.service import AttainedService

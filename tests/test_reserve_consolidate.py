@@ -149,6 +149,26 @@ def test_las_orders_by_attained_service_level_and_preempts_across_levels():
     assert not result.evictions and sc.bound("newer") == 0
 
 
+def test_las_time_slices_only_checkpointing_workloads_when_asked_but_priority_still_preempts():
+    las = {"name": "las", "args": {"thresholds": [100]}}
+    preempt = {"name": "preempt", "args": {"by": "order", "order_victims": "checkpointed"}}
+    prof = profile(["allocate", preempt], order=["priority", las])
+    sc = Scenario(nodes(1), profile=prof)
+    sc.snapshot.advance(0.0)
+    sc.add(make_workload("plain").podset("p", gpu=2).created(0).build())
+    sc.add(make_workload("saver").podset("p", gpu=2).checkpoints(300).created(1).build())
+    sc.cycle()
+    sc.snapshot.advance(50.0)  # both past the threshold: level 1
+    sc.add(make_workload("new").podset("p", gpu=2).preemptible(False).created(5).build())
+    result = sc.cycle()
+    # a lower level outranks both, but only the one that checkpoints may lose its GPUs to it
+    assert [e.workload for e in result.evictions] == ["saver"] and sc.bound("new") == 1
+    sc.add(make_workload("urgent").podset("p", gpu=2).priority(5).created(6).build())
+    result = sc.cycle()
+    # higher priority: no checkpoint needed
+    assert [e.workload for e in result.evictions] == ["plain"] and sc.bound("urgent") == 1
+
+
 def test_srtf_prefers_the_shortest_remaining_time():
     sc = Scenario(nodes(1), profile=profile(["allocate"], order=["srtf"]))
     sc.add(make_workload("long").podset("p", gpu=4).runtime(1000).created(0).build())

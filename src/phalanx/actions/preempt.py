@@ -3,7 +3,9 @@
 With `by: order` the profile's workload order decides who outranks whom (for example least
 attained service), instead of the priority field. Victims must be preemptible and have run
 at least `min_runtime` seconds; the cheapest (least lost work) go first; nothing is evicted
-unless the preemptor then fits.
+unless the preemptor then fits. `order_victims: checkpointed` lets a workload that outranks
+another by the order alone (same priority, say fewer GPU-hours under LAS) evict it only if it
+checkpoints (`phalanx.io/checkpoint-interval`): time-slicing then costs minutes, never a whole run.
 """
 
 from __future__ import annotations
@@ -17,9 +19,18 @@ from phalanx.core.snapshot import WorkloadEntry
 class Preempt:
     name = "preempt"
 
-    def __init__(self, min_runtime: float = 0.0, by: str = "priority", max_preemptors: int = 16) -> None:
+    def __init__(
+        self,
+        min_runtime: float = 0.0,
+        by: str = "priority",
+        max_preemptors: int = 16,
+        order_victims: str = "any",
+    ) -> None:
         if by not in ("priority", "order"):
             raise ValueError("by must be 'priority' or 'order'")
+        if order_victims not in ("any", "checkpointed"):
+            raise ValueError("order_victims must be 'any' or 'checkpointed'")
+        self.order_victims = order_victims
         self.min_runtime = min_runtime
         self.by = by
         self.max_preemptors = max_preemptors
@@ -28,7 +39,12 @@ class Preempt:
         if self.by == "priority":
             return a.workload.priority > b.workload.priority
         # the profile's order only: age and name break ties for turns, they give no right to preempt
-        return session.order_key(a)[:-2] < session.order_key(b)[:-2]
+        if not session.order_key(a)[:-2] < session.order_key(b)[:-2]:
+            return False
+        by_order_alone = a.workload.priority <= b.workload.priority
+        return not (
+            by_order_alone and self.order_victims == "checkpointed" and not b.workload.checkpoint_interval
+        )
 
     def execute(self, session: Session) -> None:
         tries = 0
