@@ -169,6 +169,21 @@ def test_las_time_slices_only_checkpointing_workloads_when_asked_but_priority_st
     assert [e.workload for e in result.evictions] == ["plain"] and sc.bound("urgent") == 1
 
 
+def test_las_time_slice_protects_a_run_for_its_quantum_but_not_from_higher_priority():
+    las = {"name": "las", "args": {"thresholds": [100]}}
+    preempt = {"name": "preempt", "args": {"by": "order", "quantum": 60}}
+    sc = Scenario(nodes(1), profile=profile(["allocate", preempt], order=["priority", las]))
+    sc.snapshot.advance(0.0)
+    sc.add(make_workload("old").podset("p", gpu=4).created(0).build())
+    sc.cycle()
+    sc.snapshot.advance(50.0)  # level 1, but only 50 s into its run
+    sc.add(make_workload("new").podset("p", gpu=4).created(5).build())
+    assert not sc.cycle().evictions
+    sc.add(make_workload("urgent").podset("p", gpu=4).priority(3).created(6).build())
+    result = sc.cycle()
+    assert [e.workload for e in result.evictions] == ["old"] and sc.bound("urgent") == 1
+
+
 def test_srtf_prefers_the_shortest_remaining_time():
     sc = Scenario(nodes(1), profile=profile(["allocate"], order=["srtf"]))
     sc.add(make_workload("long").podset("p", gpu=4).runtime(1000).created(0).build())

@@ -6,11 +6,12 @@ at least `min_runtime` seconds; the cheapest (least lost work) go first; nothing
 unless the preemptor then fits. `order_victims: checkpointed` lets a workload that outranks
 another by the order alone (same priority, say fewer GPU-hours under LAS) evict it only if it
 checkpoints (`phalanx.io/checkpoint-interval`): time-slicing then costs minutes, never a whole run.
+`quantum` is the time slice: such a victim must also have run that long in its current run.
 """
 
 from __future__ import annotations
 
-from phalanx.actions.evict import evict_for, lowest_priority, peek, victims
+from phalanx.actions.evict import evict_for, lowest_priority, peek, run_start, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -25,12 +26,14 @@ class Preempt:
         by: str = "priority",
         max_preemptors: int = 16,
         order_victims: str = "any",
+        quantum: float = 0.0,
     ) -> None:
         if by not in ("priority", "order"):
             raise ValueError("by must be 'priority' or 'order'")
         if order_victims not in ("any", "checkpointed"):
             raise ValueError("order_victims must be 'any' or 'checkpointed'")
         self.order_victims = order_victims
+        self.quantum = quantum
         self.min_runtime = min_runtime
         self.by = by
         self.max_preemptors = max_preemptors
@@ -41,10 +44,11 @@ class Preempt:
         # the profile's order only: age and name break ties for turns, they give no right to preempt
         if not session.order_key(a)[:-2] < session.order_key(b)[:-2]:
             return False
-        by_order_alone = a.workload.priority <= b.workload.priority
-        return not (
-            by_order_alone and self.order_victims == "checkpointed" and not b.workload.checkpoint_interval
-        )
+        if a.workload.priority > b.workload.priority:
+            return True
+        if self.order_victims == "checkpointed" and not b.workload.checkpoint_interval:
+            return False
+        return not self.quantum or session.clock - run_start(b) >= self.quantum
 
     def execute(self, session: Session) -> None:
         tries = 0
