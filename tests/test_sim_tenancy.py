@@ -25,11 +25,11 @@ def two_teams():
     return QueueTree([Queue("a", quotas=q), Queue("b", quotas=q)])
 
 
-def team_jobs():
+def team_jobs(duration=1000.0, b_at=700.0):
     return [
-        JobSpec("a1", 0.0, 1000.0, 2, queue="a"),
-        JobSpec("a2", 0.0, 1000.0, 2, queue="a"),
-        JobSpec("b1", 700.0, 1000.0, 2, queue="b"),
+        JobSpec("a1", 0.0, duration, 2, queue="a"),
+        JobSpec("a2", 0.0, duration, 2, queue="a"),
+        JobSpec("b1", b_at, duration, 2, queue="b"),
     ]
 
 
@@ -39,14 +39,16 @@ def test_jain_index_bounds():
 
 
 def test_reclaim_in_replay_restores_the_borrowed_share_and_counts_the_lost_work():
-    res = replay(gpu_nodes(1), team_jobs(), load_profile("phalanx-queues"), queues=two_teams(), check=True)
+    # reclaim takes only work that has run an hour (the profile's minimum runtime)
+    jobs = team_jobs(duration=6000.0, b_at=4300.0)
+    res = replay(gpu_nodes(1), jobs, load_profile("phalanx-queues"), queues=two_teams(), check=True)
     s = res.summary()
-    # one a-job ran 700 s, checkpointed at 300 and 600: 100 s x 2 GPUs lost
+    # one a-job ran 4,300 s, last checkpointed at 4,200: 100 s x 2 GPUs lost
     assert s["evictions"] == 1 and s["evicted_tasks"] == 2
     assert s["lost_gpu_h_preempt"] == pytest.approx(200 / 3600)
     victim = [j for j in res.jobs if j.evictions]
     assert len(victim) == 1 and victim[0].spec.queue == "a"
-    assert victim[0].end == pytest.approx(1400.0)  # restarts at 1000 with 400 s of work left
+    assert victim[0].end == pytest.approx(7800.0)  # restarts at 6,000 with 1,800 s of work left
     assert s["completed"] == 3 and s["jain_index"] == pytest.approx(1.0)
     b1 = next(j for j in res.jobs if j.spec.name == "b1")
     assert b1.wait == 0.0
@@ -113,7 +115,7 @@ def test_simulate_cli_with_queues_in_the_cluster_yaml(tmp_path):
         "queues:\n  - {name: a, quotas: {gpu: {deserved: 2}}}\n  - {name: b, quotas: {gpu: {deserved: 2}}}\n"
     )
     trace = tmp_path / "t.csv"
-    trace.write_text("t,d,g,team\n0,1000,2,a\n0,1000,2,a\n700,1000,2,b\n")
+    trace.write_text("t,d,g,team\n0,6000,2,a\n0,6000,2,a\n4300,6000,2,b\n")  # a has run an hour
     args = ["simulate", "--trace", str(trace), "--map", "submit=t,duration=d,gpus=g,queue=team"]
     out = tmp_path / "o"
     r = CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--out", str(out)])
@@ -133,11 +135,12 @@ def test_simulate_cli_with_queues_in_the_cluster_yaml(tmp_path):
 def test_reclaim_shrinks_an_elastic_job_which_keeps_its_work_and_grows_back():
     nodes = [Node(f"n{k}", 32_000, 65536, (Gpu(0, "V100", 16384),)) for k in range(4)]
     tree = QueueTree(Queue(q, quotas={"gpu": ResourceQuota(2000)}) for q in ("a", "b"))
-    jobs = [JobSpec("e", 0.0, 2000.0, 4, queue="a", min_tasks=2), JobSpec("r", 1000.0, 500.0, 2, queue="b")]
+    # r arrives when e has run an hour (the minimum runtime of the profile's reclaim)
+    jobs = [JobSpec("e", 0.0, 8000.0, 4, queue="a", min_tasks=2), JobSpec("r", 4000.0, 500.0, 2, queue="b")]
     res = replay(nodes, jobs, load_profile("phalanx-queues"), queues=tree, check=True)
     e, r = res.jobs
-    assert r.start == pytest.approx(1000.0)  # b's deserved 2 GPUs come back from a's elastic surplus
-    # e: full speed to t=1000 (half its work), half speed to t=1500 (1/8 more), full speed again: 750 s
-    assert e.restarts == 0 and e.end == pytest.approx(2250.0)
+    assert r.start == pytest.approx(4000.0)  # b's deserved 2 GPUs come back from a's elastic surplus
+    # e: full speed to t=4000 (half its work), half speed to t=4500 (1/16 more), full speed again: 3,750 s
+    assert e.restarts == 0 and e.end == pytest.approx(8250.0)
     s = res.summary()
     assert s["evicted_tasks"] == 2 and s["lost_gpu_h_preempt"] == 0
