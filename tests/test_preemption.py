@@ -75,6 +75,32 @@ def test_minimum_runtime_protects_fresh_workloads():
     assert sc.bound("high") == 1 and len(r.evictions) == 1
 
 
+def test_preempt_by_order_still_lets_waiting_higher_priority_workloads_evict():
+    """Alike workloads that waited a cycle are not all retried by allocate; priority must still reach them."""
+    sc = scenario(QueueTree([Queue("q", quotas=gpu(4))]))
+    sc.prof = compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [
+                {"name": "allocate"},
+                {"name": "preempt", "args": {"by": "order", "min_runtime": 10}},
+            ],
+            "order": [{"name": "priority"}, {"name": "las"}],
+        }
+    )
+    for k in range(4):
+        sc.add(make_workload(f"low{k}").podset("p", gpu=1).queue("q").build())
+    sc.cycle()
+    for k in range(2):
+        sc.add(make_workload(f"high{k}").podset("p", gpu=2).queue("q").priority(5).created(k).build())
+    assert not sc.cycle().evictions  # the victims are inside their minimum runtime
+    evicted = []
+    for _ in range(12):
+        evicted += sc.cycle().evictions
+    assert sc.bound("high0") == 1 and sc.bound("high1") == 1 and len(evicted) == 4
+
+
 def test_reclaim_takes_back_borrowed_gpus_but_not_below_deserved():
     tree = QueueTree([Queue("a", quotas=gpu(2)), Queue("b", quotas=gpu(2))])
     sc = scenario(tree)

@@ -53,20 +53,20 @@ class Preempt:
     def execute(self, session: Session) -> None:
         tries = 0
         failed: set[object] = set()  # alike preemptors (queue, demand, rank) that found no victims
-        if self.by == "priority":
-            # every waiting workload that outranks someone running in its queue, not only those
-            # free capacity could hold (see Session.pending_for_eviction)
-            waiting = session.pending_by_queue()
-            queues = [
-                q
-                for q, es in waiting.items()
-                if max(e.workload.priority for e in es) > lowest_priority(session, q)
-            ]
-            entries = session.pending_for_eviction(queues)
-        else:
+        # every waiting workload that outranks someone running in its queue by priority, not only
+        # those free capacity could hold (see Session.pending_for_eviction)
+        waiting = session.pending_by_queue()
+        queues = [
+            q
+            for q, es in waiting.items()
+            if max(e.workload.priority for e in es) > lowest_priority(session, q)
+        ]
+        entries = session.pending_for_eviction(queues)
+        if self.by == "order":
             # a dynamic order (LAS, SRTF) ranks every workload anew each cycle: sorting all of them
-            # each cycle costs too much, so only those allocate tried are considered
-            entries = session.ordered_pending()
+            # each cycle costs too much, so only those allocate tried are added
+            seen = {e.name for e in entries}
+            entries += [e for e in session.ordered_pending() if e.name not in seen]
         for entry in entries:
             if tries >= self.max_preemptors:
                 break
