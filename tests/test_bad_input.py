@@ -137,3 +137,8 @@ def test_bad_profiles():
         compile_profile({"name": "x", "actions": [{"name": "allocate"}], "scorers": [{"name": "magic"}]})
     with pytest.raises(SpecError, match=r"actions\[0\]\.args: bad arguments for allocate"):
         compile_profile({"name": "x", "actions": [{"name": "allocate", "args": {"speed": 3}}]})
+    bad_value = {"name": "preempt", "args": {"by": "order", "order_victims": "some"}}
+    with pytest.raises(
+        SpecError, match=r"actions\[1\]\.args: bad arguments for preempt: order_victims must be"
+    ):
+        compile_profile({"name": "x", "actions": [{"name": "allocate"}, bad_value]}, "p.yaml")

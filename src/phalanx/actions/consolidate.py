@@ -186,7 +186,7 @@ class Consolidate:
             evicted.append(a)
         elsewhere = ~(here | taken)
         # the largest first, as a packer would: small ones fit into what is left
-        for a in sorted(evicted, key=lambda a: (-device_milli(a.devices) * len(a.devices.gpus), a.task.name)):
+        for a in sorted(evicted, key=lambda a: (-held_milli(a), a.task.name)):
             if session.place(a.task, stmt, elsewhere) is None:
                 stmt.rollback(start)
                 return None
@@ -202,9 +202,7 @@ class Consolidate:
         Evicting from the devices nearest to fitting (largest movers first within a device)
         keeps the number of moves low; what remains only matters for CPU and memory.
         """
-        rest = sorted(
-            movers, key=lambda a: (device_milli(a.devices) * len(a.devices.gpus), a.cpu_milli, a.task.name)
-        )
+        rest = sorted(movers, key=lambda a: (held_milli(a), a.cpu_milli, a.task.name))
         if req.gpu.kind is GpuKind.NONE:
             return rest
         need, per = gpu_need(req)
@@ -228,15 +226,18 @@ class Consolidate:
             if free >= per and (chosen or short):
                 plans.append((len(chosen), d, chosen))
         plans.sort(key=lambda p: (p[0], p[1]))
-        first: list[Allocation] = []
-        for _, _, chosen in plans[:need]:
-            first += [a for a in chosen if a not in first]
-        return first + [a for a in rest if a not in first]
+        # keyed by task: a mover on several GPUs may be in more than one plan
+        first = {a.task.name: a for _, _, chosen in plans[:need] for a in chosen}
+        return [*first.values(), *(a for a in rest if a.task.name not in first)]
 
 
 def device_milli(d: DeviceAssignment) -> int:
     """GPU milli an assignment holds on each of its GPUs (a MIG slice counts as none)."""
     return 0 if d.mig is not None else (MILLI if d.whole else d.milli)
+
+
+def held_milli(a: Allocation) -> int:
+    return device_milli(a.devices) * len(a.devices.gpus)
 
 
 def gpu_need(req: TaskRequest) -> tuple[int, int]:

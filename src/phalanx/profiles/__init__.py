@@ -100,7 +100,7 @@ def _make(registry: Mapping[str, Factory], spec: PluginSpec, where: str) -> Any:
         raise SpecError(where, f"unknown plugin {spec.name!r} (known: {', '.join(sorted(registry))})")
     try:
         return factory(**spec.args)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # unknown argument, or a value the plugin refuses
         raise SpecError(f"{where}.args", f"bad arguments for {spec.name}: {e}") from None
 
 
