@@ -1,0 +1,179 @@
+{{/*
+The chart's name, or nameOverride (the app.kubernetes.io/name label).
+*/}}
+{{- define "phalanx.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object name: fullnameOverride, else the release name when it already
+contains the chart's name (release "phalanx" -> "phalanx"), else "<release>-<chart>".
+Kept to 40 characters so that "<prefix>-node-discover" and the like stay valid label values.
+*/}}
+{{- define "phalanx.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "phalanx.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of one component: include "phalanx.selectorLabels" (list $ "scheduler")
+*/}}
+{{- define "phalanx.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "phalanx.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/*
+Standard labels of one component: include "phalanx.labels" (list $ "scheduler")
+*/}}
+{{- define "phalanx.labels" -}}
+{{- $ := index . 0 -}}
+{{ include "phalanx.selectorLabels" . }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+app.kubernetes.io/part-of: phalanx
+helm.sh/chart: {{ include "phalanx.chart" $ }}
+{{- end }}
+
+{{/*
+The image every component runs.
+*/}}
+{{- define "phalanx.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion (toString .Values.image.tag)) }}
+{{- end }}
+
+{{/*
+Names the code fixes (no flag sets them); see values.yaml.
+*/}}
+{{- define "phalanx.leaseName" -}}phalanx-scheduler{{- end }}
+{{- define "phalanx.webhookSecretSelf" -}}phalanx-webhook-tls{{- end }}
+{{- define "phalanx.reservationName" -}}phalanx-gpu-reservation{{- end }}
+
+{{/*
+The MutatingWebhookConfiguration: mode=self patches the caBundle of phalanx-gpu-shares only (a
+name fixed in phalanx.k8s.webhook); the other modes never touch it, so it follows the release.
+*/}}
+{{- define "phalanx.webhookConfigName" -}}
+{{- if eq .Values.webhook.certificate.mode "self" -}}
+phalanx-gpu-shares
+{{- else -}}
+{{ include "phalanx.fullname" . }}-gpu-shares
+{{- end }}
+{{- end }}
+
+{{- define "phalanx.webhookService" -}}{{ include "phalanx.fullname" . }}-webhook{{- end }}
+
+{{/*
+Whether the scheduler makes GPU reservation pods.
+*/}}
+{{- define "phalanx.reservations" -}}
+{{- if eq (toString .Values.scheduler.gpuShares) "reservation" }}true{{ end }}
+{{- end }}
+
+{{/*
+Values that must agree with each other; a wrong one stops the render with a message.
+*/}}
+{{- define "phalanx.validate" -}}
+{{- $shares := toString .Values.scheduler.gpuShares }}
+{{- if not (has $shares (list "off" "reservation")) }}
+{{- fail (printf "scheduler.gpuShares must be \"off\" or \"reservation\", got %q" $shares) }}
+{{- end }}
+{{- if and (eq $shares "reservation") (not .Values.webhook.enabled) }}
+{{- fail "scheduler.gpuShares=reservation needs webhook.enabled=true (the webhook gives each share pod its ConfigMap)" }}
+{{- end }}
+{{- $mode := toString .Values.webhook.certificate.mode }}
+{{- if not (has $mode (list "self" "certManager" "provided")) }}
+{{- fail (printf "webhook.certificate.mode must be self, certManager or provided, got %q" $mode) }}
+{{- end }}
+{{- if and .Values.webhook.enabled (eq $mode "provided") (not .Values.webhook.certificate.secretName) }}
+{{- fail "webhook.certificate.mode=provided needs webhook.certificate.secretName" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod-level settings every workload takes from its component's values:
+include "phalanx.podSettings" (list $ .Values.scheduler)
+*/}}
+{{- define "phalanx.podSettings" -}}
+{{- $ := index . 0 -}}
+{{- $c := index . 1 -}}
+{{- with $.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- if $c.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- with $c.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $c.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image of a container: include "phalanx.containerImage" .
+*/}}
+{{- define "phalanx.containerImage" -}}
+image: {{ include "phalanx.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- end }}
+
+{{/*
+resources and securityContext of a container, from its component's values:
+include "phalanx.containerResources" .Values.scheduler
+*/}}
+{{- define "phalanx.containerResources" -}}
+{{- with .resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The extra environment of a container, as YAML list items: the component's env, then the global
+extraEnv (empty when there is none). After the container's own variables:
+  {{- with include "phalanx.extraEnv" (list $ .Values.scheduler) }}{{ . | nindent 12 }}{{ end }}
+*/}}
+{{- define "phalanx.extraEnv" -}}
+{{- $ := index . 0 -}}
+{{- $c := index . 1 -}}
+{{- $env := concat ($c.env | default list) ($.Values.extraEnv | default list) -}}
+{{- if $env }}{{ toYaml $env }}{{ end -}}
+{{- end }}
