@@ -45,7 +45,7 @@ def webhook(
         str, typer.Option(help="Where a pod sees its dataset: <this>/<dataset name>.")
     ] = AdapterConfig.dataset_mount,
 ) -> None:
-    """Serve the admission webhook: GPU shares, and dataset mounts (deploy/gpu-shares.yaml)."""
+    """Serve the admission webhook: GPU shares, and dataset mounts (Helm chart: webhook.enabled)."""
     from phalanx.k8s.webhook import CertSource, Webhook
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

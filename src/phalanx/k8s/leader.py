@@ -26,7 +26,8 @@ class LeaseNamespaceMissing(Exception):
     def __init__(self, namespace: str, problem: str) -> None:
         self.namespace = namespace
         super().__init__(
-            f"{problem}. Create it (kubectl create namespace {namespace}) with the Role of deploy/rbac.yaml, "
+            f"{problem}. Create it (kubectl create namespace {namespace}) with the leader-election Role of "
+            "the Helm chart (deploy/helm/phalanx), "
             "pass --lease-namespace with a namespace where this user may manage Leases, or run a single "
             "replica with --no-leader-elect"
         )

@@ -107,8 +107,8 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         raise SpecError(
             where,
             f"asks for a GPU share but has no {keys.GPU_CONFIGMAP} annotation: it was created before the "
-            "Phalanx admission webhook ran (deploy/webhook.yaml), so its containers would get no GPU; "
-            "recreate it with the webhook in place",
+            "Phalanx admission webhook ran (the Helm chart with webhook.enabled=true), so its containers "
+            "would get no GPU; recreate it with the webhook in place",
         )
     return info
 

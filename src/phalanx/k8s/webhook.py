@@ -108,7 +108,11 @@ class CertSource:
             return False
         cfg = self.api.get(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
         if cfg is None:
-            log.warning("no MutatingWebhookConfiguration %s: apply deploy/gpu-shares.yaml", WEBHOOK_CONFIG)
+            log.warning(
+                "no MutatingWebhookConfiguration %s: install the Helm chart (deploy/helm/phalanx) with "
+                "webhook.enabled=true",
+                WEBHOOK_CONFIG,
+            )
             return False
         bundle = base64.b64encode(ca).decode()
         hooks = cfg.get("webhooks") or []
