@@ -1,15 +1,15 @@
-"""The deployment manifests and examples are valid Kubernetes objects.
+"""The chart's manifests, the CRDs and the examples are valid Kubernetes objects.
 
 Built-in kinds are decoded by lightkube's models, generated from the Kubernetes OpenAPI
 schema, and must encode back to the same document: a misspelled or misplaced field, which
 the API server would prune or reject, shows up as a difference. CRDs must be structural
 (every node typed, no additionalProperties beside properties), and every custom resource in
-the examples must validate against its CRD's schema.
+the examples must validate against its CRD's schema. The chart's own objects come from
+`helm template` (tests/helm_chart.py; tests/test_helm_chart.py checks them all, with every switch).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -18,11 +18,16 @@ import yaml
 from lightkube.codecs import from_dict
 from lightkube.models.core_v1 import PodTemplateSpec
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-FILES = sorted(DEPLOY.rglob("*.yaml"))
+from helm_chart import CRDS, ROOT, find, render
+
+DEPLOY = ROOT / "deploy"
+EXAMPLES = DEPLOY / "examples"
+FILES = sorted(CRDS.glob("*.yaml")) + sorted(EXAMPLES.rglob("*.yaml"))
+RESERVATION = {"scheduler": {"gpuShares": "reservation"}}
 
 
 def docs() -> list[tuple[str, dict[str, Any]]]:
+    """The CRDs and the examples, as files (no helm needed)."""
     out = []
     for f in FILES:
         for d in yaml.safe_load_all(f.read_text()):
@@ -85,16 +90,16 @@ def test_the_manifests_exist():
     assert {
         "CustomResourceDefinition/queues.scheduling.phalanx.io",
         "CustomResourceDefinition/podgroups.scheduling.phalanx.io",
-        "ClusterRole/phalanx-scheduler",
-        "Deployment/phalanx-scheduler",
+        "CustomResourceDefinition/datasets.scheduling.phalanx.io",
         "PyTorchJob/llm-pretrain",
         "Pod/notebook",
     } <= names
+    assert not [p for p in DEPLOY.glob("*.yaml")], "manifests live in the chart (deploy/helm/phalanx)"
 
 
-@pytest.mark.parametrize(("name", "doc"), docs(), ids=[n for n, _ in docs()])
-def test_manifest_is_valid(name, doc):
-    schemas = crd_schemas()
+def check_object(name: str, doc: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """One manifest: a custom resource validates against its CRD, a built-in kind survives
+    lightkube's models unchanged, a CRD is structural."""
     key = (doc["apiVersion"], doc["kind"])
     if key in schemas:
         jsonschema.validate(doc, as_json_schema(schemas[key]))
@@ -105,15 +110,16 @@ def test_manifest_is_valid(name, doc):
             assert prune(PodTemplateSpec.from_dict(tmpl).to_dict()) == prune(tmpl), role
             assert tmpl["spec"]["schedulerName"] == "phalanx"
         return
-    if doc["kind"] == "Kustomization":
-        for r in doc["resources"]:
-            assert (DEPLOY / r).is_file(), r
-        return
     obj = from_dict(doc)
     assert prune(obj.to_dict()) == prune(doc), f"{name}: fields the Kubernetes schema does not know"
     if doc["kind"] == "CustomResourceDefinition":
         for v in doc["spec"]["versions"]:
             structural(v["schema"]["openAPIV3Schema"], name)
+
+
+@pytest.mark.parametrize(("name", "doc"), docs(), ids=[n for n, _ in docs()])
+def test_manifest_is_valid(name, doc):
+    check_object(name, doc, crd_schemas())
 
 
 def test_crd_schemas_reject_bad_objects():
@@ -134,17 +140,17 @@ def test_crd_schemas_reject_bad_objects():
         )
 
 
-def test_rbac_grants_what_the_adapter_calls_and_no_more():
-    role = next(
-        d for _, d in docs() if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "phalanx-scheduler"
-    )
-    grants = {
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
         (g, r, v)
         for rule in role["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
+
+
+def test_rbac_grants_what_the_adapter_calls_and_no_more():
     needed = {
         ("", "pods", "watch"),
         ("", "pods", "patch"),
@@ -154,16 +160,19 @@ def test_rbac_grants_what_the_adapter_calls_and_no_more():
         ("", "events", "create"),
         ("scheduling.phalanx.io", "podgroups/status", "patch"),
         ("scheduling.phalanx.io", "queues/status", "patch"),
-        ("", "configmaps", "create"),
-        ("", "configmaps", "patch"),
     }
-    assert needed <= grants
-    assert not any(v in ("delete", "deletecollection", "*") for _, _, v in grants)
-    assert not any(r == "*" or g == "*" for g, r, _ in grants)
+    shares = {("", "configmaps", "create"), ("", "configmaps", "patch")}
+    plain = _grants(find(render(), "ClusterRole", "phalanx-scheduler"))
+    with_shares = _grants(find(render(RESERVATION), "ClusterRole", "phalanx-scheduler"))
+    assert needed <= plain and not shares & plain  # the ConfigMap rule only for reservation shares
+    assert needed | shares <= with_shares
+    for grants in (plain, with_shares):
+        assert not any(v in ("delete", "deletecollection", "*") for _, _, v in grants)
+        assert not any(r == "*" or g == "*" for g, r, _ in grants)
 
 
-def _rules(kind: str, name: str) -> set[tuple[str, str, str, tuple[str, ...]]]:
-    role = next(d for _, d in docs() if d["kind"] == kind and d["metadata"]["name"] == name)
+def _rules(chart: list[dict[str, Any]], kind: str, name: str) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    role = find(chart, kind, name)
     return {
         (g, r, v, tuple(rule.get("resourceNames") or ()))
         for rule in role["rules"]
@@ -176,15 +185,21 @@ def _rules(kind: str, name: str) -> set[tuple[str, str, str, tuple[str, ...]]]:
 def test_gpu_share_rbac_is_confined():
     """Reservation pods are made and deleted in our namespace only; the webhook touches only its
     Secret and its own webhook configuration."""
-    assert _rules("Role", "phalanx-gpu-reservations") == {
+    from phalanx.k8s.webhook import SECRET, WEBHOOK_CONFIG
+
+    chart = render(RESERVATION)
+    assert _rules(chart, "Role", "phalanx-gpu-reservations") == {
         ("", "pods", "create", ()),
         ("", "pods", "delete", ()),
     }
-    assert _rules("Role", "phalanx-gpu-reservation") == {("", "pods", "get", ()), ("", "pods", "patch", ())}
-    hook = _rules("ClusterRole", "phalanx-webhook")
-    assert all(names == ("phalanx-gpu-shares",) for *_, names in hook)
-    secret = _rules("Role", "phalanx-webhook")
-    assert all(names == ("phalanx-webhook-tls",) for _, _, verb, names in secret if verb != "create")
+    assert _rules(chart, "Role", "phalanx-gpu-reservation") == {
+        ("", "pods", "get", ()),
+        ("", "pods", "patch", ()),
+    }
+    hook = _rules(chart, "ClusterRole", "phalanx-webhook")
+    assert all(names == (WEBHOOK_CONFIG,) for *_, names in hook)
+    secret = _rules(chart, "Role", "phalanx-webhook")
+    assert all(names == (SECRET,) for _, _, verb, names in secret if verb != "create")
 
 
 def test_reservation_pod_is_a_valid_pod():
@@ -196,7 +211,8 @@ def test_reservation_pod_is_a_valid_pod():
     doc = reservation_pod("gpu-node-1", 3, AdapterConfig())
     assert prune(Pod.from_dict(doc).to_dict()) == prune(doc)
     assert doc["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    prio = next(d for _, d in docs() if d["kind"] == "PriorityClass")
+    chart = render(RESERVATION)
+    prio = next(d for d in chart if d["kind"] == "PriorityClass")
     assert doc["spec"]["priorityClassName"] == prio["metadata"]["name"]
-    accounts = {d["metadata"]["name"] for _, d in docs() if d["kind"] == "ServiceAccount"}
+    accounts = {d["metadata"]["name"] for d in chart if d["kind"] == "ServiceAccount"}
     assert doc["spec"]["serviceAccountName"] in accounts
