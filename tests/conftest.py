@@ -25,7 +25,7 @@ def control_plane():
     from e2e_kube import ROOT, Kube
 
     k = Kube(cp)
-    k.install_crds(sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
+    k.install_crds(sorted((ROOT / "deploy" / "helm" / "phalanx" / "crds").glob("*.yaml")))
     k.close()
     yield cp
     cp.stop()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
 
-from e2e_kube import CRDS, ROOT, SERVICE_ACCOUNTS, Kube, phalanx, running, wait_for
+from e2e_kube import CRDS, SERVICE_ACCOUNTS, Kube, phalanx, running, wait_for
+from helm_chart import component, render
 from kube_objects import node, pod, pod_group
 from phalanx.k8s.kinds import LEASES, OUR_POD_GROUPS
 
@@ -59,9 +59,11 @@ def test_missing_lease_namespace_is_created_when_rbac_allows(kube: Kube) -> None
 
 
 def _service_account_kubeconfig(kube: Kube, without_groups: tuple[str, ...] = ()) -> str:
-    """The scheduler's own service account with deploy/rbac.yaml (less the rules of `without_groups`)."""
+    """The scheduler's own service account with the Helm chart's RBAC for it (less the rules of
+    `without_groups`)."""
     kube.ensure_namespace("phalanx-system")
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+    rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    for doc in (d for d in component(render(), "scheduler") if d["kind"] in rbac):
         if doc.get("kind") == "ClusterRole":
             doc["rules"] = [r for r in doc["rules"] if not set(r["apiGroups"]) & set(without_groups)]
         kube.apply(doc)
@@ -93,8 +95,9 @@ def test_missing_lease_namespace_without_rights_is_one_clear_error_and_exit_2(ku
     assert "lease check failed" not in out  # no loop
 
 
-def test_the_service_account_of_deploy_rbac_can_schedule(kube: Kube) -> None:
-    """deploy/rbac.yaml grants what the scheduler calls on a real server (least privilege, for real)."""
+def test_the_service_account_of_the_chart_can_schedule(kube: Kube) -> None:
+    """The chart's scheduler RBAC grants what the scheduler calls on a real server (least privilege,
+    for real)."""
     cfg = _service_account_kubeconfig(kube)
     kube.api.create("nodes", node("n0"))
     kube.create(pod_group("g", 2))

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from e2e_kube import PDBS, ROOT, Kube, phalanx, running, wait_for
+from helm_chart import render
 from kube_objects import node, pod, pod_group, queue, topology
 from phalanx.k8s.api import Api, ApiError
 from phalanx.k8s.cache import Informer, Store
@@ -28,14 +29,11 @@ def _docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def test_our_crds_and_the_deploy_manifests_are_accepted_and_bad_objects_rejected(kube: Kube) -> None:
-    kube.ensure_namespace("phalanx-system")
+def test_our_crds_and_the_examples_are_accepted_and_bad_objects_rejected(kube: Kube) -> None:
     served = kube.api.served(())  # core only: the rest is asked per document below
     accepted, skipped = [], []
-    for f in sorted((ROOT / "deploy").rglob("*.yaml")):
+    for f in sorted((ROOT / "deploy" / "examples").rglob("*.yaml")):
         for d in _docs(f):
-            if d["kind"] in ("Kustomization", "CustomResourceDefinition"):
-                continue  # the CRDs are installed by the session fixture, through the same server
             group = d["apiVersion"].rpartition("/")[0]
             if group == "kubeflow.org":
                 skipped.append(d["kind"])  # Kubeflow's CRD is not ours to install
@@ -52,6 +50,31 @@ def test_our_crds_and_the_deploy_manifests_are_accepted_and_bad_objects_rejected
         with pytest.raises(ApiError) as e:
             kube.create(obj)
         assert e.value.code == 422, e.value
+
+
+@pytest.mark.parametrize("mode", ["self", "certManager"])
+def test_the_helm_chart_s_objects_are_accepted(kube: Kube, mode: str) -> None:
+    """Every object of the chart, every switch on, validated by the real server (dry run)."""
+    values = {
+        "scheduler": {"gpuShares": "reservation", "customProfile": "name: mine\n"},
+        "webhook": {"certificate": {"mode": mode}},
+        "devicePlugin": {"enabled": True},
+        "cache": {"enabled": True},
+        "queues": [{"name": "chart-q", "spec": {"resources": {"gpu": {"quota": 8}}}}],
+    }
+    docs = render(values)  # skips here without helm
+    kube.ensure_namespace("phalanx-system")
+    accepted, skipped = [], []
+    for d in docs:
+        if d["kind"] == "CustomResourceDefinition":
+            continue  # the CRDs are installed by the session fixture, through the same server
+        if d["apiVersion"].startswith("cert-manager.io/"):
+            skipped.append(d["kind"])  # cert-manager's CRDs are not ours to install
+            continue
+        kube.apply(d, dry_run=True)
+        accepted.append(f"{d['kind']}/{d['metadata']['name']}")
+    assert len(accepted) >= 30, accepted
+    assert set(skipped) == ({"Certificate", "Issuer"} if mode == "certManager" else set()), skipped
 
 
 def _gpus(kube: Kube, names: list[str]) -> dict[str, tuple[str, str]]:

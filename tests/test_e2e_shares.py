@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from e2e_kube import ROOT, Kube, phalanx, running, wait_for
+from e2e_kube import Kube, phalanx, running, wait_for
+from helm_chart import render
 from kube_objects import node, pod
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api, ApiError
@@ -38,13 +38,15 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture
 def webhook(kube: Kube) -> Iterator[Webhook]:
-    """The real webhook, registered with the API server by deploy/gpu-shares.yaml (URL instead of Service)."""
+    """The real webhook, registered with the API server by the Helm chart's configuration (URL instead
+    of Service), with the chart's PriorityClass and accounts for reservation shares."""
+    chart = render({"scheduler": {"gpuShares": "reservation"}})  # skips here without helm
     kube.ensure_namespace(NS)
     api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
     hook = Webhook(
         CertSource(api, NS, "phalanx-webhook", extra_names=("127.0.0.1",)), AdapterConfig(), "127.0.0.1", 0
     )
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "gpu-shares.yaml").read_text()):
+    for doc in chart:
         if doc["kind"] in ("PriorityClass", "ServiceAccount"):
             kube.apply(doc)
         elif doc["kind"] == "MutatingWebhookConfiguration":
