@@ -252,6 +252,18 @@ def test_pod_settings_reach_their_own_pods_only():
         assert env[-2:] == [("WHO", s["env"][0]["value"]), ("KUBERNETES_SERVICE_HOST", "10.0.0.1")], where
 
 
+def test_env_values_are_strings():
+    """`--set extraEnv[0].value=6443` gives helm a number; an EnvVar's value must be a string."""
+    env = [{"name": "KUBERNETES_SERVICE_PORT", "value": 6443}, {"name": "B", "value": True}]
+    docs = render({"extraEnv": env, "scheduler": {"env": [{"name": "C", "value": 1.5}]}})
+    c = container(docs, "Deployment", "phalanx-scheduler")
+    assert c["env"][1:] == [
+        {"name": "C", "value": "1.5"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+        {"name": "B", "value": "true"},
+    ]
+
+
 def test_default_pod_settings_are_todays():
     docs = render(ALL_ON)
     specs = pod_specs(docs)

@@ -168,12 +168,18 @@ securityContext:
 
 {{/*
 The extra environment of a container, as YAML list items: the component's env, then the global
-extraEnv (empty when there is none). After the container's own variables:
+extraEnv (empty when there is none), values as strings (`--set extraEnv[0].value=6443` gives a
+number). After the container's own variables:
   {{- with include "phalanx.extraEnv" (list $ .Values.scheduler) }}{{ . | nindent 12 }}{{ end }}
 */}}
 {{- define "phalanx.extraEnv" -}}
 {{- $ := index . 0 -}}
 {{- $c := index . 1 -}}
-{{- $env := concat ($c.env | default list) ($.Values.extraEnv | default list) -}}
+{{- $env := list -}}
+{{- range concat ($c.env | default list) ($.Values.extraEnv | default list) -}}
+{{- $e := deepCopy . -}}
+{{- if hasKey $e "value" }}{{ $_ := set $e "value" (toString $e.value) }}{{ end -}}
+{{- $env = append $env $e -}}
+{{- end -}}
 {{- if $env }}{{ toYaml $env }}{{ end -}}
 {{- end }}
