@@ -10,6 +10,7 @@ There are no kubelets: tests create Node objects and play the node where they mu
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
@@ -62,6 +63,9 @@ def free_port() -> int:
 @dataclass
 class ControlPlane:
     controller_manager: bool = True
+    # Real kubelets (shared/k8s/node): pods get service-account tokens and reach the API server
+    # through the `kubernetes` Service (10.0.0.1), so the serving certificate must name that IP.
+    service_accounts: bool = False
     apiserver_args: tuple[str, ...] = ()
     kcm_args: tuple[str, ...] = ()
     timeout_s: float = 120.0
@@ -83,7 +87,14 @@ class ControlPlane:
         (self.dir / "logs").mkdir(exist_ok=True)
         ca = certs.make_ca("phalanx-local-ca")
         self.ca_crt, self.ca_key = ca.write(pki, "ca")
-        names = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+        names = (
+            "127.0.0.1",
+            "10.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        )
         self.server_crt, self.server_key = certs.issue(ca, "kube-apiserver", server_names=names).write(
             pki, "apiserver"
         )
@@ -213,19 +224,24 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 # no kubelets: nodes would stay tainted not-ready; pods need no service account
-                "--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+                # (unless real kubelets run them)
+                "--disable-admission-plugins=TaintNodesByCondition"
+                + ("" if self.service_accounts else ",ServiceAccount"),
                 *self.apiserver_args,
             ],
         )
         self._wait(self.url + "/readyz", "kube-apiserver /readyz")
 
+    def _cluster(self) -> dict[str, str]:
+        """The CA embedded, as kubeadm writes it (shared/k8s/node's node-up reads it from the data)."""
+        ca = base64.b64encode(self.ca_crt.read_bytes()).decode()
+        return {"server": self.url, "certificate-authority-data": ca}
+
     def _write_kubeconfig(self) -> None:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": "local", "cluster": {"server": self.url, "certificate-authority": str(self.ca_crt)}}
-            ],
+            "clusters": [{"name": "local", "cluster": self._cluster()}],
             "users": [
                 {
                     "name": "admin",
@@ -245,9 +261,7 @@ class ControlPlane:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": "local", "cluster": {"server": self.url, "certificate-authority": str(self.ca_crt)}}
-            ],
+            "clusters": [{"name": "local", "cluster": self._cluster()}],
             "users": [{"name": name, "user": {"token": token}}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
             "current-context": "local",

@@ -1,0 +1,292 @@
+"""Real nodes for tests: kubelets and containerd from `shared/k8s/node`, Phalanx's image, the chart.
+
+A test on real nodes needs, beyond the control plane of `e2e_kube`: the node kit
+(`PHALANX_NODEKIT`, its `node-up.sh`), root, runc and the CNI plugins (what the kit's README
+lists), Phalanx's image (built once per session by `deploy/image/build.sh`, or the OCI archive
+named by `PHALANX_IMAGE`) and Helm (`PHALANX_HELM` or `helm` on PATH). Without one of them the
+tests skip and say which; with `PHALANX_REQUIRE_NODES=1` (set by `.ci/run` where everything is
+there) a missing piece is a failure instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e_kube import Kube, wait_for
+from phalanx.k8s.api import Api, Conflict
+from phalanx.k8s.kinds import NODES
+from phalanx.k8s.localcluster import ControlPlane, Unavailable, find_assets
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "deploy" / "helm" / "phalanx"
+BUILD = ROOT / "deploy" / "image" / "build.sh"
+NODEKIT = os.environ.get("PHALANX_NODEKIT", "")
+CRDS_DIR = CHART / "crds"
+IMAGE_NAME = "phalanx.local/phalanx"
+
+
+def required() -> bool:
+    return os.environ.get("PHALANX_REQUIRE_NODES") == "1"
+
+
+def skip_or_fail(why: str) -> None:
+    if required():
+        pytest.fail(f"PHALANX_REQUIRE_NODES=1 but {why}")
+    pytest.skip(why)
+
+
+def nodekit_missing() -> str:
+    """Why real nodes cannot run here, or '' when they can (the kit README's checklist)."""
+    if not NODEKIT or not os.path.isfile(os.path.join(NODEKIT, "node-up.sh")):
+        return "PHALANX_NODEKIT is not set or has no node-up.sh (see shared/k8s/node)"
+    if os.geteuid() != 0:
+        return "real nodes need root"
+    if not shutil.which("runc"):
+        return "runc is missing (apt-get install runc)"
+    if not all(os.path.exists(f"/usr/lib/cni/{p}") for p in ("bridge", "host-local", "loopback")):
+        return "/usr/lib/cni/bridge is missing (apt-get install containernetworking-plugins)"
+    if not shutil.which("iptables"):
+        return "iptables is missing (apt-get install iptables)"
+    return ""
+
+
+def helm_bin() -> str:
+    return os.environ.get("PHALANX_HELM") or shutil.which("helm") or ""
+
+
+# ---------------------------------------------------------------------------------------- image
+def image_inputs_digest() -> str:
+    """What the image is built from: the tracked sources, the project file and the build script."""
+    h = hashlib.sha256()
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "src", "pyproject.toml", "README.md", "deploy/image"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for f in sorted(files):
+        p = ROOT / f
+        if p.is_file():
+            h.update(f.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def image_archive() -> Path:
+    """Phalanx's image as an OCI archive: `PHALANX_IMAGE`, or built (and cached by its inputs)."""
+    given = os.environ.get("PHALANX_IMAGE", "")
+    if given:
+        if not os.path.isfile(given):
+            pytest.fail(f"PHALANX_IMAGE={given} is not a file")
+        return Path(given)
+    for tool, pkg in (("mmdebstrap", "mmdebstrap"), ("buildah", "buildah")):
+        if not shutil.which(tool):
+            skip_or_fail(f"{tool} is missing to build the image (apt-get install {pkg})")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phalanx-image"
+    out = cache / f"phalanx-{image_inputs_digest()}.tar"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        for old in cache.glob("phalanx-*.tar"):
+            old.unlink()
+        r = subprocess.run([str(BUILD), "--out", str(out)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"deploy/image/build.sh failed:\n{r.stderr[-4000:]}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------- nodes
+@dataclass
+class RealNode:
+    name: str
+    env: dict[str, str]
+
+    @property
+    def ip(self) -> str:
+        return self.env["NODEKIT_NODE_IP"]
+
+    def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                f"{self.env['NODEKIT_BIN']}/ctr",
+                "-a",
+                self.env["NODEKIT_CONTAINERD_SOCK"],
+                "-n",
+                "k8s.io",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
+
+
+def node_env(name: str) -> dict[str, str]:
+    d = Path(f"/run/nodekit/nodes/{name}").read_text().strip()
+    out: dict[str, str] = {}
+    for line in (Path(d) / "env").read_text().splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k.strip()] = v.strip().strip("'\"")
+    return out
+
+
+def node_up(kubeconfig: Path, name: str, images: list[Path], extra_env: dict[str, str]) -> RealNode:
+    env = dict(os.environ)
+    env["NODEKIT_IMAGES"] = " ".join(str(i) for i in images)
+    env.update(extra_env)
+    up = subprocess.run(
+        [f"{NODEKIT}/node-up.sh", str(kubeconfig), name], capture_output=True, text=True, env=env
+    )
+    if up.returncode != 0:
+        subprocess.run([f"{NODEKIT}/node-down.sh", name], capture_output=True)
+        pytest.fail(f"node-up.sh {name} failed:\n{up.stderr[-4000:]}")
+    return RealNode(name, node_env(name))
+
+
+def node_down(name: str) -> None:
+    subprocess.run([f"{NODEKIT}/node-down.sh", name], capture_output=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------- cluster
+@dataclass
+class KitCluster:
+    """A control plane with real nodes, Phalanx's image on them and (once installed) its chart."""
+
+    cp: ControlPlane
+    kube: Kube
+    nodes: list[RealNode]
+    image: Path
+    release: str = "phalanx"
+    namespace: str = "phalanx-system"
+
+    @property
+    def api(self) -> Api:
+        return self.kube.api
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> str:
+        r = subprocess.run(
+            [str(self.cp.bins / "kubectl"), f"--kubeconfig={self.cp.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and r.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def namespace_ready(self, ns: str) -> None:
+        """A namespace whose pods can mount service-account tokens (the node kit's limitation 11)."""
+        self.kube.ensure_namespace(ns)
+        with suppress(Conflict):
+            self.kube.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "openshift-service-ca.crt", "namespace": ns},
+                    "data": {"service-ca.crt": self.cp.ca_crt.read_text()},
+                }
+            )
+
+    def helm(self, *args: str, timeout: float = 300) -> str:
+        r = subprocess.run(
+            [helm_bin(), f"--kubeconfig={self.cp.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if r.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        return r.stdout
+
+    def install(self, values: dict[str, Any], wait: bool = True) -> float:
+        """`helm install` the chart with the kit's image; seconds it took (with --wait: until Ready)."""
+        self.namespace_ready(self.namespace)
+        path = self.cp.dir / f"values-{self.release}.yaml"
+        path.write_text(yaml.safe_dump(merge(kit_values(), values)))
+        t0 = time.monotonic()
+        args = ["install", self.release, str(CHART), "-n", self.namespace, "-f", str(path)]
+        if wait:
+            args += ["--wait", "--timeout", "180s"]
+        try:
+            self.helm(*args)
+        except AssertionError as e:
+            pods = self.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+            events = self.kubectl("get", "events", "-n", self.namespace, check=False)
+            raise AssertionError(f"{e}\n{pods}\n{events[-3000:]}") from None
+        return time.monotonic() - t0
+
+    def pods(self, ns: str, selector: str = "") -> list[dict[str, Any]]:
+        params = {"labelSelector": selector} if selector else None
+        return list(self.api.request("GET", f"/api/v1/namespaces/{ns}/pods", params=params)["items"])
+
+    def lease_holder(self, name: str = "phalanx-scheduler") -> str:
+        lease = self.api.get_lease(self.namespace, name) or {}
+        return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    def gpus(self, count: int) -> None:
+        """Advertise `count` nvidia.com/gpu on every node (no GPU here; the kubelet is real)."""
+        for n in self.nodes:
+            self.api.patch_status("nodes", n.name, None, {"capacity": {"nvidia.com/gpu": str(count)}})
+        wait_for(
+            "GPUs in the nodes' allocatable",
+            lambda: all(
+                ((self.kube.get(NODES, n.name) or {}).get("status") or {})
+                .get("allocatable", {})
+                .get("nvidia.com/gpu")
+                == str(count)
+                for n in self.nodes
+            ),
+            timeout=30,
+        )
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def kit_values() -> dict[str, Any]:
+    """Chart values every kit install needs: the imported image (there is no registry to pull from)."""
+    return {"image": {"repository": IMAGE_NAME, "tag": "0.1.0", "pullPolicy": "Never"}}
+
+
+@contextmanager
+def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterator[KitCluster]:
+    """A control plane (service-account tokens on, webhooks reached at pod IPs) and `nodes` kit nodes."""
+    if why := nodekit_missing():
+        skip_or_fail(why)
+    if not helm_bin():
+        skip_or_fail("helm is missing (PHALANX_HELM, or helm on PATH)")
+    try:
+        find_assets()
+    except Unavailable as e:
+        skip_or_fail(f"no Kubernetes control plane: {e}")
+    image = image_archive()
+    cp = ControlPlane(service_accounts=True, apiserver_args=("--enable-aggregator-routing=true",)).start()
+    cp.start_scheduler()  # kube-scheduler places Phalanx's own pods, as in any cluster
+    names = [f"pn{os.getpid() % 10000}-{chr(ord('a') + i)}" for i in range(nodes)]
+    extra = {"NODEKIT_NODE_LABELS": ",".join(f"{k}={v}" for k, v in (labels or {}).items())}
+    kube = Kube(cp)
+    try:
+        kube.install_crds(sorted(CRDS_DIR.glob("*.yaml")))
+        with ThreadPoolExecutor(nodes) as pool:
+            up = list(pool.map(lambda n: node_up(cp.kubeconfig, n, [image], extra), names))
+        yield KitCluster(cp, kube, up, image)
+    finally:
+        with ThreadPoolExecutor(max(1, nodes)) as pool:
+            list(pool.map(node_down, names))
+        kube.close()
+        cp.stop()
