@@ -104,7 +104,9 @@ def test_grouping_by_pod_group_by_owner_and_alone():
     assert groups["default/Job/train"].min_available == 2 and len(groups["default/Job/train"].pods) == 2
     assert groups["default/solo"].min_available == 1
     short = group_pods(pods[:1], [pod_group("pg", 4)])[0]
-    assert "minMember 4 exceeds the 1 pod(s)" in short.problems[0]
+    # short of pods is not a problem with the group: it waits for them (issue 27)
+    assert not short.problems and short.missing == 3
+    assert "waiting for 3 more pods" in short.waiting and "minMember 4 exceeds the 1 pod(s)" in short.waiting
 
 
 def test_pod_group_preemption_and_runtime_fields_win_over_pod_annotations():

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from phalanx.actions import holds
 from phalanx.actions.gang import gang_key, gang_tasks, place_gang
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -150,7 +151,9 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
     if gang:
         outcome = place_gang(session, entry, gang)
         if not outcome.placed:
-            session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
+            # capacity still held by evicted pods on their way out: the gang waits for them, say so
+            held = holds.terminating(session, entry, gang)
+            session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True, holds=held)
             return False
     left = 0
     restrict = same_domain(session, entry)

@@ -182,7 +182,7 @@ class Consolidate:
             if len(evicted) >= budget:
                 stmt.rollback(start)
                 return None
-            stmt.evict(a, f"moved to make room for {gang}")
+            stmt.evict(a, f"moved to make room for {gang}", gang)
             evicted.append(a)
         elsewhere = ~(here | taken)
         # the largest first, as a packer would: small ones fit into what is left

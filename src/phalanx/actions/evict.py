@@ -95,8 +95,20 @@ def _running_by_queue(session: Session) -> dict[str, list[WorkloadEntry]]:
     return cached  # type: ignore[return-value]
 
 
-def lowest_priority(session: Session, queue: str) -> float:
-    """The lowest priority among the queue's running preemptible workloads (inf if none), per cycle."""
+def lowest_priority(session: Session, queue: str, preemptible_only: bool = True) -> float:
+    """The lowest priority among the queue's running (preemptible) workloads (inf if none), per cycle."""
+    if not preemptible_only:
+        memo = session.memo.get("lowest-priority-any")
+        lowest: dict[str, float]
+        if isinstance(memo, dict):
+            lowest = memo
+        else:
+            lowest = {}
+            for e in session.snapshot.running.values():
+                q = e.workload.queue
+                lowest[q] = min(lowest.get(q, math.inf), e.workload.priority)
+            session.memo["lowest-priority-any"] = lowest
+        return float(lowest.get(queue, math.inf))
     key = ("lowest-priority", queue)
     cached = session.memo.get(key)
     if cached is None:
@@ -245,7 +257,7 @@ def _attempt(
         if not allocs or (allow is not None and not allow(v, taken)):
             continue
         for a in allocs:
-            stmt.evict(a, reason)
+            stmt.evict(a, reason, preemptor.name)
             gone.add(a.task.name)
         taken.append(v)
         if len(taken) < next_at or upper_bound(session, tasks) < len(tasks):

@@ -7,12 +7,17 @@ unless the preemptor then fits. `order_victims: checkpointed` lets a workload th
 another by the order alone (same priority, say fewer GPU-hours under LAS) evict it only if it
 checkpoints (`phalanx.io/checkpoint-interval`): time-slicing then costs minutes, never a whole run.
 `quantum` is the time slice: such a victim must also have run that long in its current run.
+A workload that finds no victims because a guard protects them (the minimum runtime, the
+quantum, a victim that is not preemptible) is told which guard and until when (`actions.holds`).
 """
 
 from __future__ import annotations
 
+from phalanx.actions import holds
 from phalanx.actions.evict import evict_for, lowest_priority, peek, run_start, victims
 from phalanx.actions.gang import gang_tasks
+from phalanx.core.decisions import QUANTUM, Hold
+from phalanx.core.model import Task
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -38,7 +43,8 @@ class Preempt:
         self.by = by
         self.max_preemptors = max_preemptors
 
-    def outranks(self, session: Session, a: WorkloadEntry, b: WorkloadEntry) -> bool:
+    def outranks(self, session: Session, a: WorkloadEntry, b: WorkloadEntry, quantum: bool = True) -> bool:
+        """`a` may preempt `b` (with `quantum=False`: once b's time slice has ended)."""
         if self.by == "priority":
             return a.workload.priority > b.workload.priority
         # the profile's order only: age and name break ties for turns, they give no right to preempt
@@ -48,7 +54,7 @@ class Preempt:
             return True
         if self.order_victims == "checkpointed" and not b.workload.checkpoint_interval:
             return False
-        return not self.quantum or session.clock - run_start(b) >= self.quantum
+        return not (quantum and self.quantum) or session.clock - run_start(b) >= self.quantum
 
     def execute(self, session: Session) -> None:
         tries = 0
@@ -59,7 +65,7 @@ class Preempt:
         queues = [
             q
             for q, es in waiting.items()
-            if max(e.workload.priority for e in es) > lowest_priority(session, q)
+            if max(e.workload.priority for e in es) > lowest_priority(session, q, preemptible_only=False)
         ]
         entries = session.pending_for_eviction(queues)
         if self.by == "order":
@@ -71,8 +77,12 @@ class Preempt:
             if tries >= self.max_preemptors:
                 break
             q = entry.workload.queue
-            if self.by == "priority" and entry.workload.priority <= lowest_priority(session, q):
-                continue  # nobody running in the queue ranks below it
+            below = entry.workload.priority > lowest_priority(session, q)
+            if self.by == "priority" and not below:
+                if entry.workload.priority > lowest_priority(session, q, preemptible_only=False):
+                    gang, _ = gang_tasks(entry)
+                    self._hold(session, entry, gang)  # only workloads that are not preemptible rank below
+                continue  # nobody preemptible running in the queue ranks below it
             gang, _ = gang_tasks(entry)
             if not gang:  # placed earlier in this cycle
                 continue
@@ -90,6 +100,7 @@ class Preempt:
             cands = peek(victims(session, eligible, self.min_runtime, (q,)))
             if cands is None:
                 failed.add(like)
+                self._hold(session, entry, gang)
                 continue
             tries += 1
             why = "higher priority" if self.by == "priority" else "ahead in the workload order"
@@ -98,3 +109,28 @@ class Preempt:
                 session.pending.pop(entry.name, None)
             else:
                 failed.add(like)
+                self._hold(session, entry, gang)
+
+    def _hold(self, session: Session, entry: WorkloadEntry, gang: list[Task]) -> None:
+        """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
+        if not gang or not holds.budget(session, self.name):
+            return
+        q = entry.workload.queue
+        guarded = []
+        for v in holds.running_in(session, (q,)):
+            if v.name == entry.name or not self.outranks(session, entry, v, quantum=False):
+                continue
+            about = f"priority {v.workload.priority}"
+            hold = holds.guard_of(session, self.name, v, self.min_runtime, about)
+            if not self.outranks(session, entry, v):  # its time slice has not ended
+                sliced = Hold(self.name, QUANTUM, v.name, run_start(v) + self.quantum, self.quantum, about)
+                if hold is None or (hold.until is not None and hold.until < (sliced.until or 0.0)):
+                    hold = sliced
+            if hold is not None:
+                guarded.append((holds.as_victim(session, v), hold))
+
+        def eligible(v: WorkloadEntry) -> bool:
+            return v.workload.queue == q and v.name != entry.name and self.outranks(session, entry, v)
+
+        free = victims(session, eligible, self.min_runtime, (q,))
+        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded))

@@ -9,17 +9,21 @@ the deserved quota: fairer surplus, more evictions.
 `transfer: true`: a queue below what it is owed may end above it, but never richer (relative
 to what each is owed) than a queue it takes from, so big gangs of a poor queue can reclaim.
 Elastic surplus goes first, then the least lost work. Nothing is evicted unless the
-preemptor then fits.
+preemptor then fits. A queue that finds no victims because a guard protects them (the minimum
+runtime, a workload that is not preemptible) is told which guard and until when (`actions.holds`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
+from phalanx.actions import holds
 from phalanx.actions.evict import Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
+from phalanx.core.model import Task
 from phalanx.core.queues import GPU
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -82,10 +86,6 @@ class Reclaim:
             }
             if not over:
                 continue
-            cands = peek(victims(session, partial(_in_queues, over), self.min_runtime, over))
-            if cands is None:
-                failed.add((q, entry.demand_key))
-                continue
 
             def keeps_deserved(v: Victim, taken: list[Victim], level: float = level) -> bool:
                 """After evicting v (earlier victims are already out), its queue keeps what it is owed."""
@@ -96,6 +96,11 @@ class Reclaim:
                     return False
                 return not self.transfer or left >= level * owed[vq][GPU] - EPS
 
+            cands = peek(victims(session, partial(_in_queues, over), self.min_runtime, over))
+            if cands is None:
+                failed.add((q, entry.demand_key))
+                self._hold(session, entry, gang, over, keeps_deserved)
+                continue
             tries += 1
             taken = evict_for(
                 session, entry, gang, cands, f"reclaimed by queue {q} for {entry.name}", keeps_deserved
@@ -104,6 +109,26 @@ class Reclaim:
                 session.pending.pop(entry.name, None)
             else:
                 failed.add((q, entry.demand_key))
+                self._hold(session, entry, gang, over, keeps_deserved)
+
+    def _hold(
+        self,
+        session: Session,
+        entry: WorkloadEntry,
+        gang: list[Task],
+        over: set[str],
+        allow: Callable[[Victim, list[Victim]], bool],
+    ) -> None:
+        """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
+        if not holds.budget(session, self.name):
+            return
+        guarded = []
+        for v in holds.running_in(session, over):
+            hold = holds.guard_of(session, self.name, v, self.min_runtime, f"queue {v.workload.queue}")
+            if hold is not None:
+                guarded.append((holds.as_victim(session, v), hold))
+        free = victims(session, partial(_in_queues, over), self.min_runtime, over)
+        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, allow))
 
 
 def _in_queues(queues: set[str], entry: WorkloadEntry) -> bool:

@@ -2,16 +2,20 @@
 
 Every suggestion is tried on the snapshot inside a statement that is then rolled back: fewer
 tasks of the gang, another leaf queue whose quota admits it, or one running workload
-preempted. Only what was seen to work is said.
+preempted. Only what was seen to work is said; a victim that a guard of the profile protects
+(its minimum runtime, say) is said with that guard and when it ends, since the scheduler will
+not preempt it before then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from phalanx.actions.gang import _place_gang, gang_tasks, upper_bound
+from phalanx.core.decisions import sim_time
 from phalanx.core.model import Task
 from phalanx.core.profile import Profile
 from phalanx.core.session import Session
@@ -29,8 +33,18 @@ def _fits(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> bool:
         stmt.discard()
 
 
-def fits_now_if(snap: Snapshot, profile: Profile, now: float, name: str, max_victims: int = 30) -> list[str]:
-    """Changes that would let workload `name` start now, smallest first; empty if none was found."""
+def fits_now_if(
+    snap: Snapshot,
+    profile: Profile,
+    now: float,
+    name: str,
+    max_victims: int = 30,
+    when: Callable[[float], str] = sim_time,
+) -> list[str]:
+    """Changes that would let workload `name` start now, smallest first; empty if none was found.
+
+    `when` says a time (a guard's end) as the driver shows times.
+    """
     entry = snap.workloads[name]
     session = Session(snap, profile, now, np.random.default_rng(0))
     gang, _ = gang_tasks(entry)
@@ -56,11 +70,13 @@ def fits_now_if(snap: Snapshot, profile: Profile, now: float, name: str, max_vic
                 what = f"{k * per:g} fewer GPUs" if per else f"{k} fewer tasks"
                 out.append(f"fits now with {what} ({len(gang) - k} of {len(gang)} tasks)")
                 break
-        out += _one_victim(session, entry, gang, max_victims)
+        out += _one_victim(session, entry, gang, max_victims, when)
     return out
 
 
-def _one_victim(session: Session, entry: WorkloadEntry, gang: list[Task], limit: int) -> list[str]:
+def _one_victim(
+    session: Session, entry: WorkloadEntry, gang: list[Task], limit: int, when: Callable[[float], str]
+) -> list[str]:
     """The first running workload (lowest priority, then newest) whose preemption alone makes room."""
     running = [
         e for e in session.snapshot.running.values() if e.workload.preemptible and e.name != entry.name
@@ -75,9 +91,19 @@ def _one_victim(session: Session, entry: WorkloadEntry, gang: list[Task], limit:
                 upper_bound(session, gang) >= len(gang)
                 and _place_gang(session, entry, gang, outer=stmt, explain=False).placed
             ):
-                return [
+                said = (
                     f"fits now if workload {victim.name} (priority {victim.workload.priority}) is preempted"
+                )
+                held = [
+                    h
+                    for h in (entry.last_pending.holds if entry.last_pending else ())
+                    if h.victim == victim.name
                 ]
+                if held:
+                    h = held[0]
+                    until = f" until {when(h.until)}" if h.until is not None else ""
+                    said += f", which the profile's {h.action} holds back ({h.guard}{until})"
+                return [said]
         finally:
             stmt.discard()
     return []

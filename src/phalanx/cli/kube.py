@@ -163,7 +163,10 @@ def status(
         str, typer.Option(help="Kueue mode the scheduler runs with (see `scheduler --help`).")
     ] = "auto",
 ) -> None:
-    """Queues, which GPU holds which pods, fractions or slices, and pending workloads with reasons."""
+    """Queues, which GPU holds which pods, fractions or slices, gangs with their phase and members
+    (running, ended, waiting), and pending workloads with the reason the scheduler gives (naming
+    what holds back a preemption, and until when) and their start forecast: when each is expected
+    to start, and what would let it start now. Read-only: a dry cycle, nothing is written."""
     with user_errors():
         if kueue not in ("auto", "coexist", "migrate", "off"):
             raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
@@ -182,6 +185,7 @@ def status(
     console = Console()
     _table(console, "Queues (GPUs)", st.queues)
     _table(console, "GPUs", st.gpus)
+    _table(console, "Gangs", st.gangs)
     _table(console, "Pending workloads", st.pending)
     for p in st.problems:
         console.print(f"[yellow]problem:[/] {p}", highlight=False)

@@ -1,7 +1,8 @@
-"""What a cycle outputs: Bind, Evict and Pending decisions."""
+"""What a cycle outputs: Bind, Evict and Pending decisions (a Pending names the guards that hold it back)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phalanx.core.cluster import MigSlice
@@ -53,6 +54,7 @@ class Evict:
     workload: str
     node: str
     reason: str
+    by: str = ""  # the workload the eviction makes room for (preempt, reclaim, consolidate)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -78,28 +80,135 @@ class Reason:
         return self.message
 
 
+def sim_time(t: float) -> str:
+    """A time as the core knows it: seconds on the driver's clock (the adapter says wall-clock times)."""
+    return f"t={t:,.0f} s"
+
+
+# guards that hold back an eviction a waiting workload needs
+MIN_RUNTIME = "min_runtime"  # the victim has not run the action's minimum runtime yet
+QUANTUM = "quantum"  # time-slicing: the victim's time slice has not ended
+NOT_PREEMPTIBLE = "not preemptible"  # never a victim; it ends on its own
+TERMINATING = "terminating"  # evicted, still holding its devices until it is gone
+DISRUPTION_BUDGET = "disruption budget"  # the eviction was refused (a PodDisruptionBudget; driver-side)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A guard that holds back an eviction a waiting workload needs to start, and when it ends.
+
+    `until` is on the cycle's clock (None: no known end). The text says the guard, the victim
+    and the time; `when` renders the time (the core's default says seconds, the adapter a UTC time).
+    """
+
+    action: str  # preempt, reclaim, or allocate (a victim still terminating)
+    guard: str  # one of the guards above
+    victim: str  # the workload held (for TERMINATING and DISRUPTION_BUDGET: the pod)
+    until: float | None
+    limit: float = 0.0  # the guard's length in seconds (min_runtime, quantum)
+    detail: str = ""  # about the victim: "priority 100", "queue team-b", the API's refusal
+
+    @property
+    def who(self) -> str:
+        """The victim, with what matters about it: `default/low-0 (priority 100)`."""
+        return (
+            f"{self.victim} ({self.detail})"
+            if self.detail and self.guard != DISRUPTION_BUDGET
+            else self.victim
+        )
+
+    def text(self, when: Callable[[float], str] = sim_time, who: str = "", many: bool = False) -> str:
+        """The hold as a sentence; `who` and `many` say several victims held alike at once."""
+        who = who or self.who
+        end = when(self.until) if self.until is not None else ""
+        verb = "reclaimed" if self.action == "reclaim" else "preempted"
+        it = "they" if many else "it"
+        if self.guard == MIN_RUNTIME:
+            return (
+                f"{self.action}: min_runtime {self.limit:g} s protects {who} until {end}; "
+                f"{it} may be {verb} then"
+            )
+        if self.guard == QUANTUM:
+            return (
+                f"{self.action}: the time slice (quantum {self.limit:g} s) protects {who} until {end}; "
+                f"{it} may be {verb} then"
+            )
+        if self.guard == NOT_PREEMPTIBLE:
+            ends = f"expected to end around {end}" if end else "no known end (no run-time estimate)"
+            return f"{self.action}: {who} {'are' if many else 'is'} not preemptible; {ends}"
+        if self.guard == TERMINATING:
+            ends = f"grace period until {end}" if end else "evicted, not gone yet"
+            return f"waits for {who} to terminate ({ends})"
+        if self.guard == DISRUPTION_BUDGET:
+            why = f": {self.detail}" if self.detail else ""
+            return (
+                f"{self.action}: the eviction of {who} was refused{why}; "
+                "retried every cycle, no known end (until the budget allows a disruption)"
+            )
+        return f"{self.action}: {self.guard} holds back {who}" + (f" until {end}" if end else "")
+
+    def lifted(self, who: str = "") -> str:
+        """What the guard's end allows, as the forecast says it: `when default/low-0 may be preempted`."""
+        who = who or self.victim
+        if self.guard in (MIN_RUNTIME, QUANTUM):
+            return f"when {who} may be {'reclaimed' if self.action == 'reclaim' else 'preempted'}"
+        if self.guard == NOT_PREEMPTIBLE:
+            return f"when {who} ends"
+        if self.guard == TERMINATING:
+            return f"when {who} has terminated"
+        return f"when the eviction of {who} is allowed"
+
+
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A workload left waiting this cycle, with why."""
+    """A workload left waiting this cycle, with why (and what holds back the evictions it needs)."""
 
     workload: str
     summary: str
     reasons: tuple[Reason, ...] = ()
     # tried and did not fit: nothing will change until capacity is released
     unschedulable: bool = False
+    holds: tuple[Hold, ...] = ()
 
     @property
     def message(self) -> str:
+        return self.render()
+
+    def render(self, when: Callable[[float], str] = sim_time) -> str:
         detail = "; ".join(str(r) for r in self.reasons)
-        return f"{self.summary} ({detail})" if detail else self.summary
+        text = f"{self.summary} ({detail})" if detail else self.summary
+        return "; ".join([text, *holds_text(self.holds, when)])
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        d: dict[str, object] = {
             "kind": "pending",
             "workload": self.workload,
             "summary": self.summary,
             "reasons": [{"plugin": r.plugin, "message": r.message, "nodes": r.nodes} for r in self.reasons],
         }
+        if self.holds:
+            d["holds"] = [
+                {"action": h.action, "guard": h.guard, "victim": h.victim, "until": h.until}
+                for h in self.holds
+            ]
+        return d
+
+
+def holds_text(holds: tuple[Hold, ...], when: Callable[[float], str] = sim_time, most: int = 3) -> list[str]:
+    """The holds as sentences, victims held alike (same guard, same end) in one; those without a
+    known end first, then the latest-ending; at most `most` victims named per sentence."""
+    alike: dict[tuple[object, ...], list[Hold]] = {}
+    for h in holds:
+        alike.setdefault(
+            (h.action, h.guard, h.until, h.limit, h.detail if h.guard == DISRUPTION_BUDGET else ""), []
+        ).append(h)
+    groups = sorted(alike.values(), key=lambda g: (g[0].until is None, g[0].until or 0.0), reverse=True)
+    out = []
+    for g in groups:
+        names = sorted(h.who for h in g)
+        who = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        out.append(g[0].text(when, who, many=len(names) > 1))
+    return out
 
 
 @dataclass(slots=True)

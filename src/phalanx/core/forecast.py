@@ -7,9 +7,16 @@ forecast is made in place on the driver's snapshot and undone exactly (every bin
 goes through statements; finished workloads are hidden and shown again), because copying a
 snapshot costs more than the forecast.
 
+Guards that hold back an eviction a waiting workload needs (a minimum runtime, a quantum: the
+`holds` of its Pending decision) end at known times, and pods still terminating are gone by
+their grace period at the latest: the forecast plays the cycle at those times too, and a start
+that a guard's end allows says so (`when default/low-0 may be preempted`).
+
 What it cannot know it says: a workload that still waits when nothing is left that could end
-(only workloads without an estimate run) gets no time and the names of those it waits on; the
-forecast stops at a time budget or a number of steps and says so.
+(only workloads without an estimate run) gets no time and the names of those it waits on; one
+that does not start once everything has ended gets the reason of its last try (and, if pods of
+other schedulers hold GPUs, that they do); the forecast stops at a time budget or a number of
+steps and says so.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from phalanx.core.decisions import TERMINATING, Pending
 from phalanx.core.profile import Profile
 from phalanx.core.session import Session
-from phalanx.core.snapshot import Snapshot, WorkloadEntry
+from phalanx.core.snapshot import Leaving, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
 
 RuntimeOf = Callable[[WorkloadEntry], float | None]
@@ -34,6 +42,7 @@ class Forecast:
     starts: dict[str, float] = field(default_factory=dict)  # workload -> forecast start time
     nodes: dict[str, list[int]] = field(default_factory=dict)  # workload -> the nodes it starts on
     unknown: dict[str, str] = field(default_factory=dict)  # workload -> why there is no time
+    because: dict[str, str] = field(default_factory=dict)  # workload -> the guard whose end lets it start
     steps: int = 0
     complete: bool = True  # False: cut short by the budget; later starts may be missing
 
@@ -53,14 +62,18 @@ def forecast(
 ) -> Forecast:
     """Forecast start times of the waiting workloads (of `targets`, if given); `snap` is unchanged after.
 
+    Besides the ends of running workloads, the cluster is played forward to the ends of the
+    guards that hold back an eviction a waiting workload needs (`Pending.holds`: a minimum
+    runtime, a quantum) and to the times pods still terminating are gone at the latest.
     `out_of_time`: the driver's budget (the core keeps no clock); checked before every step.
     """
     out = Forecast()
-    waiting = {e.name for e in snap.pending_workloads() if not e.is_ready}
+    pending = [e for e in snap.pending_workloads() if not e.is_ready]
+    waiting = {e.name for e in pending}
     want = waiting & targets if targets is not None else waiting
     if not want:
         return out
-    log: list[list[Op] | WorkloadEntry] = []  # operations, or a finished workload hidden; undone in reverse
+    log: list[list[Op] | WorkloadEntry | Leaving] = []  # undone in reverse
     saved = {e.name: dict(e.cache) for e in snap.workloads.values()}  # order plugins keep state there
     ends: list[tuple[float, str]] = []
     blockers: list[str] = []
@@ -71,17 +84,47 @@ def forecast(
             continue
         started = min(a.since for a in e.bound.values())
         heapq.heappush(ends, (max(now, started + rt), e.name))
+    going = sorted(((max(now, lv.ends), k) for k, lv in enumerate(snap.leaving)), reverse=True)
+    last: dict[str, Pending] = {e.name: e.last_pending for e in pending if e.last_pending is not None}
+    wakes: list[float] = []
+    woken: set[float] = set()
+
+    def wake_for(p: Pending, after: float) -> None:
+        for h in p.holds:
+            if h.until is not None and h.until > after and h.until not in woken:
+                woken.add(h.until)
+                heapq.heappush(wakes, h.until)
+
+    for p in last.values():
+        wake_for(p, now)
     rng = np.random.default_rng(0)
+    foreign_left = snap.foreign_gpu_milli
     try:
         t = now
-        while want - out.starts.keys() and ends:
+        while want - out.starts.keys() and (ends or wakes or going):
             if out.steps >= max_steps or (out_of_time is not None and out_of_time()):
                 out.complete = False
                 break
-            t = ends[0][0]
+            t = min(
+                x
+                for x in (
+                    ends[0][0] if ends else None,
+                    wakes[0] if wakes else None,
+                    going[-1][0] if going else None,
+                )
+                if x is not None
+            )
+            gone: set[str] = set()
             while ends and ends[0][0] <= t:
                 _, name = heapq.heappop(ends)
                 _finish(snap, snap.workloads[name], log)
+            while going and going[-1][0] <= t:
+                lv = snap.leaving[going.pop()[1]]
+                snap.let_go(lv)
+                log.append(lv)
+                gone.add(lv.owner)
+            while wakes and wakes[0] <= t:
+                heapq.heappop(wakes)
             session = Session(snap, profile, t, rng)
             for action in profile.actions:
                 action.execute(session)
@@ -94,16 +137,25 @@ def forecast(
                 if e.is_ready and name in waiting and name not in out.starts:
                     out.starts[name] = t
                     out.nodes[name] = sorted({a.node for a in e.bound.values()})
+                    why = _lifted(last.get(name), t, gone)
+                    if why:
+                        out.because[name] = why
                     rt = runtime_of(e)
                     if rt is None:
                         blockers.append(name)
                     else:
                         heapq.heappush(ends, (t + rt, name))
+            for name, p in session.pending.items():
+                last[name] = p
+                wake_for(p, t)
+        foreign_left = snap.foreign_gpu_milli
     finally:
         for item in reversed(log):
             if isinstance(item, list):
                 for op in reversed(item):
                     undo(snap, op)
+            elif isinstance(item, Leaving):
+                snap.let_go(item, gone=False)
             else:
                 snap._set_pending(item, True)
         for e in snap.workloads.values():
@@ -116,11 +168,40 @@ def forecast(
             shown = ", ".join(sorted(blockers)[:3]) + (" ..." if len(blockers) > 3 else "")
             out.unknown[name] = f"waits on running workloads without a run-time estimate ({shown})"
         else:
-            out.unknown[name] = "does not fit even when everything running has ended"
+            out.unknown[name] = _never(last.get(name), foreign_left)
     return out
 
 
-def _finish(snap: Snapshot, entry: WorkloadEntry, log: list[list[Op] | WorkloadEntry]) -> None:
+def _lifted(p: Pending | None, t: float, gone: set[str]) -> str:
+    """The guards whose end at `t` let the workload start (`when default/low-0 may be preempted`), if any."""
+    if p is None:
+        return ""
+    ended = [
+        h
+        for h in p.holds
+        if (h.until is not None and abs(h.until - t) < 1e-6) or (h.guard == TERMINATING and h.victim in gone)
+    ]
+    if not ended:
+        return ""
+    names = sorted({h.victim for h in ended if h.guard == ended[0].guard})
+    who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return ended[0].lifted(who)
+
+
+def _never(p: Pending | None, foreign_milli: int) -> str:
+    """Why a workload starts at no time even once everything Phalanx runs has ended, from its last reason."""
+    why = f": {p.message}" if p is not None else ""
+    if foreign_milli > 0:
+        return (
+            f"does not start while pods Phalanx does not schedule hold {foreign_milli / 1000:g} GPU(s), "
+            f"which it cannot see end{why}"
+        )
+    if p is not None and p.unschedulable:
+        return f"does not fit even when everything running has ended{why}"
+    return f"does not start even when everything running has ended{why}"
+
+
+def _finish(snap: Snapshot, entry: WorkloadEntry, log: list[list[Op] | WorkloadEntry | Leaving]) -> None:
     """The workload ends: its devices are free, and it does not wait to run again."""
     stmt = Statement(snap)
     for a in list(entry.bound.values()):

@@ -15,7 +15,7 @@ import numpy as np
 
 from phalanx.core import drafit
 from phalanx.core.cluster import BoolArray, IntArray
-from phalanx.core.decisions import CycleResult, Pending, Reason
+from phalanx.core.decisions import CycleResult, Hold, Pending, Reason
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
@@ -290,8 +290,9 @@ class Session:
         summary: str,
         reasons: list[Reason] | tuple[Reason, ...] = (),
         unschedulable: bool = False,
+        holds: tuple[Hold, ...] = (),
     ) -> None:
-        self.pending[workload] = Pending(workload, summary, tuple(reasons), unschedulable)
+        self.pending[workload] = Pending(workload, summary, tuple(reasons), unschedulable, holds)
 
     def parked(self, entry: WorkloadEntry) -> bool:
         """True if the workload did not fit and no capacity was released since: skip it, keep its reason."""
@@ -319,7 +320,7 @@ class Session:
                 else:
                     evicted[name] = op
         s = self.snapshot
-        out.evictions = [s.evict_of(op.alloc, op.reason) for op in evicted.values()]
+        out.evictions = [s.evict_of(op.alloc, op.reason, op.by) for op in evicted.values()]
         out.binds = [s.bind_of(op.alloc) for op in bound.values()]
         placed = {op.alloc.task.workload for op in bound.values()}
         out.pending = [

@@ -98,6 +98,20 @@ class ForeignUsage:
     memory_mib: int = 0
     gpus: tuple[int, ...] = ()
     gpu_milli: int = 1000
+    owner: str = ""  # who holds it (a pod), for explanations
+    ends: float | None = None  # going away (a pod terminating): gone by then at the latest
+
+
+@dataclass(frozen=True, slots=True)
+class Leaving:
+    """Foreign usage that is going away (an evicted pod still terminating): what it holds, and until when."""
+
+    owner: str
+    node: int
+    cpu_milli: int
+    memory_mib: int
+    devices: DeviceAssignment
+    ends: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,9 @@ class Snapshot:
         self._median_mem: int | None = None
         # bumped whenever capacity is released (task ends or is evicted, node comes back)
         self.release_epoch = 0
+        # foreign usage: milli-GPU held by what Phalanx does not schedule, and the part of it going away
+        self.foreign_gpu_milli = 0
+        self.leaving: list[Leaving] = []
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
         self._init_dra(dra_shared, dra_counter_sets)
@@ -397,12 +414,22 @@ class Snapshot:
         c = self.cluster
         positions = tuple(j for j, g in enumerate(self.nodes[i].gpus) if g.index in usage.gpus)
         mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
-        c.take(
-            i,
-            usage.cpu_milli,
-            usage.memory_mib,
-            DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems),
-        )
+        devices = DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems)
+        c.take(i, usage.cpu_milli, usage.memory_mib, devices)
+        self.foreign_gpu_milli += usage.gpu_milli * len(positions)
+        if usage.ends is not None:
+            lv = Leaving(usage.owner, i, usage.cpu_milli, usage.memory_mib, devices, usage.ends)
+            self.leaving.append(lv)
+
+    def let_go(self, lv: Leaving, gone: bool = True) -> None:
+        """A leaving usage is gone (what-ifs and forecasts), or back with `gone=False` (to undo that)."""
+        if gone:
+            self.cluster.give(lv.node, lv.cpu_milli, lv.memory_mib, lv.devices)
+            self.foreign_gpu_milli -= lv.devices.milli * len(lv.devices.gpus)
+            self.release_epoch += 1
+        else:
+            self.cluster.take(lv.node, lv.cpu_milli, lv.memory_mib, lv.devices)
+            self.foreign_gpu_milli += lv.devices.milli * len(lv.devices.gpus)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         self.cluster.set_ready(self.node_index(name), ready)
@@ -474,8 +501,8 @@ class Snapshot:
             claims=alloc.claims,
         )
 
-    def evict_of(self, alloc: Allocation, reason: str) -> Evict:
-        return Evict(alloc.task.name, alloc.task.workload, self.nodes[alloc.node].name, reason)
+    def evict_of(self, alloc: Allocation, reason: str, by: str = "") -> Evict:
+        return Evict(alloc.task.name, alloc.task.workload, self.nodes[alloc.node].name, reason, by)
 
     # ----------------------------------------------------------------- primitives (journaled by Statement)
     def _bind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:

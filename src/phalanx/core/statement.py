@@ -21,6 +21,7 @@ class Op:
     kind: Literal["bind", "evict"]
     alloc: Allocation
     reason: str = ""
+    by: str = ""  # evictions: the workload they make room for
 
 
 class Statement:
@@ -47,10 +48,10 @@ class Statement:
         self._snapshot._bind(alloc)
         self._ops.append(Op("bind", alloc))
 
-    def evict(self, alloc: Allocation, reason: str) -> None:
+    def evict(self, alloc: Allocation, reason: str, by: str = "") -> None:
         self._check_open()
         self._snapshot._unbind(alloc)
-        self._ops.append(Op("evict", alloc, reason))
+        self._ops.append(Op("evict", alloc, reason, by))
         if self._on_release is not None:
             self._on_release()
 

@@ -23,6 +23,7 @@ from phalanx.core.decisions import CycleResult
 from phalanx.core.model import MILLI
 from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.explain import describe
+from phalanx.k8s.lifecycle import gang_status
 from phalanx.k8s.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -184,11 +185,15 @@ def build(
         pending.append(row)
     for name, e in s.workloads.items():
         grp = world.groups.get(name)
+        gang = gang_status(world, name)
         details[f"workload/{name}"] = {
             "name": name,
             "queue": e.workload.queue,
             "priority": e.workload.priority,
             "state": "running" if e.is_ready else ("waiting" if name in reasons else "placing"),
+            # the phase and members its PodGroup status says (`phalanx.k8s.lifecycle`)
+            "phase": gang.phase if gang else "",
+            "members": gang.text if gang else "",
             "why": reasons.get(name, ""),
             "forecast": insight.get(name, ""),
             "pods": [

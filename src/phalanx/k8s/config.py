@@ -41,6 +41,9 @@ class AdapterConfig:
     # Kueue users (phalanx.k8s.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
     # "migrate" (Phalanx enforces the ClusterQueues) or "off"
     kueue: str = "auto"
+    # seconds a gang short of pods (minMember above the pods that exist) is taken to be still
+    # being created: its pods are told "waiting for N more pods" as a Normal Event; later, a Warning
+    gang_creation_grace_s: float = 60.0
     # seconds per cycle for start forecasts and "fits now if" checks of waiting workloads (0: off)
     forecast_budget_s: float = 0.2
     # the dataset cache (`phalanx cache --root`) on every node, and where pods see their dataset

@@ -44,6 +44,7 @@ class Outcome:
     broken: dict[str, str] = field(default_factory=dict)  # workload -> why its gang was undone
     deferred: list[str] = field(default_factory=list)  # binds left for the next cycle (API trouble)
     not_evicted: list[str] = field(default_factory=list)  # evictions refused (PDB) or failed
+    refusals: dict[str, str] = field(default_factory=dict)  # not evicted: the API's answer
 
     def merge(self, other: Outcome) -> None:
         self.bound += other.bound
@@ -51,6 +52,7 @@ class Outcome:
         self.broken.update(other.broken)
         self.deferred += other.deferred
         self.not_evicted += other.not_evicted
+        self.refusals.update(other.refusals)
 
 
 class Retry(Exception):
@@ -122,6 +124,7 @@ class Executor:
         except (ApiError, Retry) as e:  # 429 from a PodDisruptionBudget ends up here after the retries
             log.warning("could not evict %s: %s", task, e)
             out.not_evicted.append(task)
+            out.refusals[task] = e.message if isinstance(e, ApiError) else str(e)
 
     # ------------------------------------------------------------------ binds
     def apply(

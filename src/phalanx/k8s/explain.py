@@ -1,8 +1,13 @@
-"""Explanations written back: Events on pods, a condition on our PodGroups, status on our Queues.
+"""Explanations written back: Events on pods, phase and conditions on our PodGroups, status on our Queues.
 
 Each is written only when its text changes, so a pod waiting for hours gets one Event, not
 one per cycle. Objects left out as bad (nodes, queues of any dialect) get a Warning Event
-too. The writes go through a background `Writer`, as client-go's event broadcaster does:
+too. A gang whose pods are still being created is told so in a Normal Event (`WaitingForPods`).
+A waiting workload's reason names the guards that hold back the evictions it needs
+(`Pending.holds`), with the UTC time each ends. Our PodGroups get the gang's phase and member
+counts (`phalanx.k8s.lifecycle`) every cycle they change, and two conditions: `Scheduled` (why
+the gang is placed or waits) and `Running` (how many members run, ended and wait).
+The writes go through a background `Writer`, as client-go's event broadcaster does:
 a cycle decides what to say and moves on; binds never wait for explanations.
 """
 
@@ -12,16 +17,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
 
-from phalanx.core.decisions import CycleResult, Pending
+from phalanx.core.decisions import DISRUPTION_BUDGET, NOT_PREEMPTIBLE, CycleResult, Hold, Pending, holds_text
 from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
 from phalanx.core.queues import CPU, GPU, MEM, fair_shares
 from phalanx.k8s import keys
-from phalanx.k8s.api import Api
+from phalanx.k8s.api import Api, ApiError
+from phalanx.k8s.insight import wall
+from phalanx.k8s.lifecycle import gang_status
 from phalanx.k8s.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -37,11 +44,16 @@ HINTS = {
 
 
 def describe(p: Pending) -> str:
+    """The pending reason as the operator reads it: summary, each plugin's verdict, then what holds
+    back the evictions it needs, each guard with the time it ends."""
     parts = [p.summary]
     for r in p.reasons:
         where = f" on {r.nodes} node(s)" if r.nodes else ""
         hint = HINTS.get(r.message)
         parts.append(f"{r.plugin}: {r.message}{where}" + (f" ({hint})" if hint else ""))
+    parts += holds_text(p.holds, wall)
+    if any(h.guard == NOT_PREEMPTIBLE for h in p.holds):
+        parts.append(f'(not preemptible: {keys.PREEMPTIBLE}: "false" or PodGroup spec.preemptible: false)')
     return "; ".join(x for x in parts if x)
 
 
@@ -120,6 +132,9 @@ class Explainer:
         self.max_events = max_events  # per cycle; the rest are said in a later cycle
         self.said: dict[str, str] = {}  # object key -> last message
         self.status: dict[str, Any] = {}
+        self.scheduled: dict[str, tuple[str, str, str]] = {}  # PodGroup -> its last Scheduled condition
+        self.transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (PodGroup, type) -> (status, since)
+        self.legacy_phases = False  # the PodGroup CRD knows only Pending and Running
         self.writer = Writer()
 
     def flush(self) -> None:
@@ -145,9 +160,13 @@ class Explainer:
         our_queues: set[str] = frozenset(),  # type: ignore[assignment]
         left_out: dict[str, dict[str, Any]] | None = None,
         insight: dict[str, str] | None = None,
+        held: dict[str, tuple[Hold, ...]] | None = None,
+        bound: Collection[str] | None = None,
     ) -> None:
         """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label;
-        `insight`: per waiting workload, its start forecast and what would start it now."""
+        `insight`: per waiting workload, its start forecast and what would start it now;
+        `held`: preemptors whose binds wait for their victims (terminating, or refused by a
+        PodDisruptionBudget), with why; `bound`: the pods really bound this cycle (default: every bind)."""
         budget = [self.max_events]
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
@@ -156,64 +175,123 @@ class Explainer:
             text = world.problems.get(lab)
             if text is not None:
                 self._event(lab, bad, "LeftOut", f"left out by Phalanx: {text}", True, budget)
+        scheduled: dict[str, tuple[str, str, str]] = {}  # workload -> its Scheduled condition now
         for name, why in world.blocked.items():
             g = world.groups[name]
             text = "; ".join(why)
+            short = name in world.waiting_pods  # only pods missing (being created, within the grace)
+            if short and not world.waiting_pods[name]:
+                text += " (still short after the creation grace: check minMember and the pods' group key)"
             for p in g.pods:
                 if not p.node:
                     self._event(
                         p.key,
                         pod_objects.get(p.key, {"metadata": p.meta}),
-                        "Unschedulable",
+                        "WaitingForPods" if short else "Unschedulable",
                         text,
-                        True,
+                        not (short and world.waiting_pods[name]),
                         budget,
                     )
-            self._podgroup(g.pod_group, "False", "Invalid", text)
-        if result is None:
-            return
-        for b in result.binds:
-            gpus = f" GPUs {','.join(map(str, b.gpus))}" if b.gpus else ""
-            obj = pod_objects.get(b.task)
-            if obj is not None:
-                self._event(b.task, obj, "Scheduled", f"Bound to {b.node}{gpus}", False, budget)
-        for ev in result.evictions:
-            obj = pod_objects.get(ev.task)
-            if obj is not None:
-                self._event(ev.task, obj, "Preempted", ev.reason, True, budget)
-        for pend in result.pending:
-            group = world.groups.get(pend.workload)
-            if group is None:
+            scheduled[name] = ("False", "WaitingForPods" if short else "Invalid", text)
+        if result is not None:
+            for b in result.binds:
+                gpus = f" GPUs {','.join(map(str, b.gpus))}" if b.gpus else ""
+                obj = pod_objects.get(b.task)
+                if obj is not None and (bound is None or b.task in bound):
+                    self._event(b.task, obj, "Scheduled", f"Bound to {b.node}{gpus}", False, budget)
+            for ev in result.evictions:
+                obj = pod_objects.get(ev.task)
+                if obj is not None:
+                    self._event(ev.task, obj, "Preempted", ev.reason, True, budget)
+            for pend in result.pending:
+                group = world.groups.get(pend.workload)
+                if group is None:
+                    continue
+                text = describe(pend)
+                if insight and pend.workload in insight:
+                    text = f"{text}. {insight[pend.workload]}"
+                for pod in group.pods:
+                    if not pod.node and pod.key in pod_objects:
+                        self._event(pod.key, pod_objects[pod.key], "FailedScheduling", text, True, budget)
+                scheduled[pend.workload] = ("False", "Unschedulable", text)
+        for name, holds in (held or {}).items():
+            group = world.groups.get(name)
+            if group is None or not holds:
                 continue
-            text = describe(pend)
-            if insight and pend.workload in insight:
-                text = f"{text}. {insight[pend.workload]}"
+            refused = any(h.guard == DISRUPTION_BUDGET for h in holds)
+            text = "preempting: " + "; ".join(holds_text(holds, wall))
             for pod in group.pods:
                 if not pod.node and pod.key in pod_objects:
-                    self._event(pod.key, pod_objects[pod.key], "FailedScheduling", text, True, budget)
-            self._podgroup(group.pod_group, "False", "Unschedulable", text)
-        for name in {b.workload for b in result.binds}:
-            placed = world.groups.get(name)
-            if placed is not None:
-                self._podgroup(placed.pod_group, "True", "Scheduled", f"{len(placed.pods)} pod(s) placed")
+                    reason = "FailedScheduling" if refused else "Preempting"
+                    self._event(pod.key, pod_objects[pod.key], reason, text, refused, budget)
+            scheduled[name] = ("False", "Preempting", text)
+        done = bound if bound is not None else {b.task for b in (result.binds if result else [])}
+        self._gangs(world, scheduled, done)
         self._queues(world, our_queues)
 
-    def _podgroup(self, pg: dict[str, Any] | None, status: str, reason: str, message: str) -> None:
-        if pg is None or not str(pg.get("apiVersion", "")).startswith(keys.GROUP):
-            return  # other schedulers' PodGroups belong to their controllers
+    def _gangs(
+        self, world: World, scheduled: dict[str, tuple[str, str, str]], bound: Collection[str]
+    ) -> None:
+        """Phase, member counts and conditions of each of our PodGroups, written when they change."""
+        for name, pg in world.pod_groups.items():
+            if not str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+                continue  # other schedulers' PodGroups belong to their controllers
+            st = gang_status(world, name, bound)
+            if st is None:
+                continue
+            key = f"pg/{name}"
+            cond = scheduled.get(name)
+            if st.placed:
+                extra = f"; {cond[2]}" if cond is not None and name not in world.blocked else ""
+                cond = ("True", "Scheduled", f"gang placed: {st.text}{extra}")
+            elif cond is None and name not in world.groups:  # the PodGroup has no pods (yet, or left)
+                cond = ("False", "WaitingForPods", f"PodGroup {name}: waiting for {st.missing} more pod(s)")
+            elif cond is None:  # not looked at this cycle: it keeps what it was told
+                cond = self.scheduled.get(key, ("False", "Pending", "waiting for its turn"))
+            self.scheduled[key] = cond
+            running = ("True" if st.phase == "Running" else "False", st.phase, st.text)
+            self._podgroup(pg, st.phase, st.counts(), [("Scheduled", *cond), ("Running", *running)])
+
+    def _podgroup(
+        self, pg: dict[str, Any], phase: str, counts: dict[str, int], conds: list[tuple[str, str, str, str]]
+    ) -> None:
         meta = pg.get("metadata") or {}
-        key = f"pg/{meta.get('namespace')}/{meta.get('name')}"
-        body = {
-            "phase": "Running" if status == "True" else "Pending",
-            "conditions": [_condition("Scheduled", status, reason, message)],
-        }
-        if self.status.get(key) == (status, reason, message):
-            return
         name, ns = str(meta.get("name")), str(meta.get("namespace"))
-        if self.writer.submit(
-            f"the status of {key}", lambda: self.api.patch_status(OUR_PODGROUPS, name, ns, body)
-        ):
-            self.status[key] = (status, reason, message)
+        key = f"pg/{ns}/{name}"
+        same = (phase, tuple(sorted(counts.items())), tuple(conds))
+        if self.status.get(key) == same:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conditions = []
+        for kind, status, reason, message in conds:
+            since = self.transitions.get((key, kind))
+            if (
+                since is None or since[0] != status
+            ):  # the time the status last changed, as Kubernetes keeps it
+                since = self.transitions[(key, kind)] = (status, now)
+            conditions.append(_condition(kind, status, reason, message, since[1]))
+        body: dict[str, Any] = {"phase": phase, **counts, "conditions": conditions}
+        if self.writer.submit(f"the status of {key}", lambda: self._patch_podgroup(name, ns, body)):
+            self.status[key] = same
+
+    def _patch_podgroup(self, name: str, ns: str, body: dict[str, Any]) -> None:
+        """Patch a PodGroup's status; a CRD from before the phases Scheduled, Succeeded and Failed (it
+        knows only Pending and Running) answers 422: then the phase is said in its two words."""
+        if not self.legacy_phases:
+            try:
+                self.api.patch_status(OUR_PODGROUPS, name, ns, body)
+                return
+            except ApiError as e:
+                if e.code != 422 or body["phase"] in ("Pending", "Running"):
+                    raise
+                self.legacy_phases = True
+                log.warning(
+                    "the PodGroup CRD installed knows only the phases Pending and Running (%s); "
+                    "apply this version's CRD to see Scheduled, Succeeded and Failed",
+                    e.message,
+                )
+        legacy = dict(body, phase="Pending" if body["phase"] == "Pending" else "Running")
+        self.api.patch_status(OUR_PODGROUPS, name, ns, legacy)
 
     def _queues(self, world: World, ours: set[str]) -> None:
         s = world.snapshot
@@ -251,13 +329,13 @@ class Explainer:
             self.status[key] = same
 
 
-def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+def _condition(kind: str, status: str, reason: str, message: str, since: str = "") -> dict[str, str]:
     return {
         "type": kind,
         "status": status,
         "reason": reason,
         "message": message[:1024],
-        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "lastTransitionTime": since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 

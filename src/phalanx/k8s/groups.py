@@ -6,6 +6,11 @@ PodGroup object, Kueue's `pod-group-total-count` or the pods present set the min
 Pods with no group but a controlling owner of a kind in `keys.AUTO_GROUP_OWNERS` form one
 workload per owner: all pods present are the gang (a RayCluster needs only its head), unless
 `phalanx.io/min-available` says otherwise. Any other pod is a workload of its own.
+
+Members of a named group that ended (Succeeded or Failed) count as members that ran, as in
+Volcano's gang plugin: a PodGroup of `minMember: 2` whose one pod completed while the other
+runs is a running gang of one pod left, not a gang short of a member. A group with fewer
+members than its minimum (pods still being created, say) waits for them (`Group.waiting`).
 """
 
 from __future__ import annotations
@@ -38,9 +43,49 @@ class Group:
     checkpoint_interval: float | None = None
     estimated_runtime: float | None = None
     exempt: bool = False  # admitted by Kueue: its quota is Kueue's
+    ended: dict[str, int] = field(default_factory=dict)  # members that ran and ended, by phase
+    missing: int = 0  # members the minimum still needs: pods not created yet
+    waiting: str = ""  # why it waits for them ("... waiting for 1 more pod"); empty if it does not
+
+    @property
+    def ran(self) -> int:
+        """Members that ran and ended (Succeeded or Failed): they count toward the minimum."""
+        return sum(self.ended.values())
 
 
-def group_pods(pods: list[PodInfo], pod_groups: list[dict[str, Any]]) -> list[Group]:
+def group_id(namespace: str, labels: dict[str, Any], annotations: dict[str, Any]) -> str:
+    """The named group a pod joins (`namespace/group`), or "" (the same keys and order as `PodInfo.tag`)."""
+    for k in keys.GROUP_KEYS:
+        for where in (labels, annotations):
+            if k in where:
+                return f"{namespace}/{where[k]}"
+    return ""
+
+
+def ended_members(objs: list[dict[str, Any]], scheduler_name: str) -> dict[str, dict[str, int]]:
+    """Our pods of named groups that ended (Succeeded, Failed), counted by group and phase."""
+    out: dict[str, dict[str, int]] = {}
+    for obj in objs:
+        phase = (obj.get("status") or {}).get("phase")
+        if (
+            phase not in ("Succeeded", "Failed")
+            or (obj.get("spec") or {}).get("schedulerName") != scheduler_name
+        ):
+            continue
+        meta = obj.get("metadata") or {}
+        gid = group_id(
+            str(meta.get("namespace", "default")), meta.get("labels") or {}, meta.get("annotations") or {}
+        )
+        if gid:
+            counts = out.setdefault(gid, {})
+            counts[str(phase)] = counts.get(str(phase), 0) + 1
+    return out
+
+
+def group_pods(
+    pods: list[PodInfo], pod_groups: list[dict[str, Any]], ended: dict[str, dict[str, int]] | None = None
+) -> list[Group]:
+    """`ended`: members of named groups that ended (`ended_members`); they count as members that ran."""
     by_name: dict[tuple[str, str], dict[str, Any]] = {}
     ordered = sorted(pod_groups, key=lambda o: not str(o.get("apiVersion", "")).startswith(keys.GROUP))
     for pg in ordered:
@@ -52,6 +97,7 @@ def group_pods(pods: list[PodInfo], pod_groups: list[dict[str, Any]]) -> list[Gr
         if gname:
             gid = f"{p.namespace}/{gname}"
             g = groups.setdefault(gid, Group(gid, p.namespace, [], by_name.get((p.namespace, gname))))
+            g.ended = dict((ended or {}).get(gid, {}))
         else:
             owner = _owner(p)
             gid = f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
@@ -77,6 +123,7 @@ def _owner(p: PodInfo) -> tuple[str, str] | None:
 def _settle(g: Group) -> None:
     """Minimum, queue and topology of the group, or the problems that keep it from running."""
     n = len(g.pods)
+    have = n + g.ran  # members that ran count toward the minimum
     first = g.pods[0]
     try:
         if g.pod_group is not None:
@@ -93,18 +140,22 @@ def _settle(g: Group) -> None:
                 g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
             if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
                 _tenancy_fields(g, spec, kind)
-            if g.min_available > n:
-                g.problems.append(
-                    f"{kind}: minMember {g.min_available} exceeds the {n} pod(s) that belong to it; "
-                    "waiting for more"
+            if g.min_available > have:
+                ran = f", {g.ran} more ended" if g.ran else ""
+                g.missing = g.min_available - have
+                g.waiting = (
+                    f"{kind}: waiting for {_pods(g.missing)}: minMember {g.min_available} exceeds the "
+                    f"{n} pod(s) that belong to it so far{ran}"
                 )
         elif keys.KUEUE_GROUP_TOTAL in first.annotations:
             g.min_available = whole_number(
                 first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
             )
-            if g.min_available > n:
-                g.problems.append(
-                    f"pod group {g.name}: {g.min_available} pods expected, {n} present; waiting for more"
+            if g.min_available > have:
+                g.missing = g.min_available - have
+                g.waiting = (
+                    f"pod group {g.name}: waiting for {_pods(g.missing)}: {g.min_available} pods expected, "
+                    f"{have} present"
                 )
         elif keys.MIN_AVAILABLE in first.annotations:
             g.min_available = whole_number(
@@ -127,6 +178,10 @@ def _settle(g: Group) -> None:
             else describe("Workload", {"metadata": {"name": g.name}}, e)
         )
     g.queue = g.queue or first.tag(keys.QUEUE_KEYS)
+
+
+def _pods(k: int) -> str:
+    return f"{k} more pod" + ("s" if k != 1 else "")
 
 
 def _tenancy_fields(g: Group, spec: dict[str, Any], kind: str) -> None:
@@ -162,7 +217,8 @@ def workload_of(g: Group, queue: str) -> Workload:
     return Workload(
         g.name,
         podsets,
-        min_available=min(g.min_available, len(g.pods)),
+        # members that ran and ended count toward the minimum: those left need only the rest
+        min_available=max(1, min(g.min_available - g.ran, len(g.pods))),
         queue=queue,
         priority=max(p.priority for p in g.pods),
         preemptible=(

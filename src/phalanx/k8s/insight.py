@@ -2,10 +2,12 @@
 
 After each cycle the snapshot is played forward (`phalanx.core.forecast`) within a time budget,
 and for the first waiting workloads the smallest change that would let them start now is
-checked (`phalanx.actions.whatif`). Run times: the workload's estimate (`phalanx.io/estimated-runtime`,
-PodGroup `estimatedRuntimeSeconds`), else the median run time of the last pods of its queue
-that finished (`RunTimes`). The forecast time is said as a wall-clock time rounded to a step
-that grows with the wait, so an Event is rewritten only when the forecast really moves.
+checked (`phalanx.actions.whatif`). A start that a guard's end allows says so (`expected to
+start around 14:40 UTC, when default/low-0 may be preempted`). Run times: the workload's
+estimate (`phalanx.io/estimated-runtime`, PodGroup `estimatedRuntimeSeconds`), else the median
+run time of the last pods of its queue that finished (`RunTimes`). The forecast time is said
+as a wall-clock time rounded to a step that grows with the wait, so an Event is rewritten only
+when the forecast really moves.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ class RunTimes:
         return statistics.median(runs) if runs else None
 
 
+def wall(t: float) -> str:
+    """A time on the wall clock, to the second: `14:32:10 UTC` (with the date when it is not today)."""
+    fmt = "%H:%M:%S UTC" if time.gmtime(t)[:3] == time.gmtime()[:3] else "%Y-%m-%d %H:%M:%S UTC"
+    return time.strftime(fmt, time.gmtime(t))
+
+
 def clock(start: float, now: float) -> str:
     """`around 14:30 UTC` (rounded more coarsely the further away), or `now`."""
     wait = start - now
@@ -98,11 +106,12 @@ def insights(
     out: dict[str, str] = {}
     for k, name in enumerate(waiting):
         if name in f.starts:
-            text = f"expected to start {clock(f.starts[name], now)} (forecast)"
+            because = f", {f.because[name]}" if name in f.because else ""
+            text = f"expected to start {clock(f.starts[name], now)}{because} (forecast)"
         else:
             text = f"no start forecast: {f.unknown.get(name, 'unknown')}"
         if k < max_whatif and time.perf_counter() - t0 < budget_s and name in snap.workloads:
-            ifs = fits_now_if(snap, profile, now, name)
+            ifs = fits_now_if(snap, profile, now, name, when=wall)
             if ifs:
                 text += "; " + "; ".join(ifs)
         out[name] = text

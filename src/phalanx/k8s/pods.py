@@ -44,6 +44,8 @@ class PodInfo:
     deleting: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     plan_holder: str = ""  # the pod whose gang plan gave `intent`
+    phase: str = ""  # status.phase (Pending, Running, ...)
+    deletion: float = 0.0  # deletionTimestamp: the end of its grace period (0: not being deleted, or unknown)
 
     def tag(self, candidates: tuple[str, ...]) -> str:
         """The first of these keys found in labels, then annotations."""
@@ -94,6 +96,8 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         owner=owner,
         deleting=bool(meta.get("deletionTimestamp")),
         meta=meta,
+        phase=str(status.get("phase") or ""),
+        deletion=timestamp(meta.get("deletionTimestamp")),
     )
     info.request = _request(spec, notes, cfg, where, ns)
     shared = info.request.gpu.kind in (GpuKind.FRACTION, GpuKind.MEMORY)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from phalanx.core.cycle import run_cycle
-from phalanx.core.decisions import Bind, CycleResult
+from phalanx.core.decisions import DISRUPTION_BUDGET, TERMINATING, Bind, CycleResult, Hold
 from phalanx.core.profile import Profile
 from phalanx.k8s import keys
 from phalanx.k8s.api import Api
@@ -218,7 +218,8 @@ class Scheduler:
         self.last_insight = insight
         if self.cfg.stage_ahead_s > 0:
             self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
-        self.explainer.write(world, result, pod_objects, ours, left_out, insight)
+        held = _held(result, out, binds)
+        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound)
         self._board(world, result, out, binds, insight, now)
         seconds = time.perf_counter() - t0
         self._metrics(world, result, out, seconds)
@@ -351,3 +352,22 @@ class Scheduler:
             total = float(c.gpu_count[idx].sum()) * 1000
             free = float(c.gpu_free_total[idx].sum())
             m.pool_gpus.labels(pool).set((total - free) / total if total else 0.0)
+
+
+def _held(result: CycleResult, out: Outcome, binds: dict[str, Bind]) -> dict[str, tuple[Hold, ...]]:
+    """Preemptors whose binds wait for their victims this cycle: each victim terminating, or its
+    eviction refused (a PodDisruptionBudget), said as holds of the preemptor."""
+    waiting = {binds[t].workload for t in out.deferred if t in binds}
+    held: dict[str, list[Hold]] = {}
+    for ev in result.evictions:
+        if ev.by not in waiting:
+            continue
+        action = "reclaim" if ev.reason.startswith("reclaimed") else "preempt"
+        if ev.task in out.refusals:
+            hold = Hold(action, DISRUPTION_BUDGET, ev.task, None, detail=out.refusals[ev.task])
+        elif ev.task in out.evicted:
+            hold = Hold(action, TERMINATING, ev.task, None)
+        else:
+            continue
+        held.setdefault(ev.by, []).append(hold)
+    return {name: tuple(hs) for name, hs in held.items()}

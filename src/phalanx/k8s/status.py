@@ -1,7 +1,9 @@
-"""The operator's view (`phalanx status`): queues, per-GPU allocation, pending workloads and why.
+"""The operator's view (`phalanx status`): queues, per-GPU allocation, gangs, pending workloads and why.
 
 It lists the objects once, builds the same world the scheduler builds, and runs a dry cycle
-(nothing is written) to get the pending reasons the scheduler would give right now.
+(nothing is written) to get the pending reasons the scheduler would give right now, and the
+start forecast of each. Gangs are listed with the phase and members their PodGroup status says
+(`phalanx.k8s.lifecycle`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from phalanx.k8s.explain import describe
 from phalanx.k8s.insight import RunTimes, insights
 from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED
 from phalanx.k8s.kueue import load as load_kueue
+from phalanx.k8s.lifecycle import gang_names, gang_status
 from phalanx.k8s.world import World, build_world
 from phalanx.profiles import load_profile
 
@@ -32,6 +35,7 @@ log = logging.getLogger("phalanx.k8s")
 class Status:
     queues: list[dict[str, object]] = field(default_factory=list)
     gpus: list[dict[str, object]] = field(default_factory=list)
+    gangs: list[dict[str, object]] = field(default_factory=list)
     pending: list[dict[str, object]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -117,6 +121,10 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "held_by": ", ".join(holders.get((i, j), [])) or "-",
                 }
             )
+    for name in gang_names(world):
+        st = gang_status(world, name)
+        if st is not None:
+            out.gangs.append({"workload": name, "phase": st.phase, "members": st.text})
     # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
     # (the tables above show the cluster as it is)
     now = time.time()
@@ -129,6 +137,6 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
             {"workload": p.workload, "why": describe(p), "forecast": insight.get(p.workload, "-")}
         )
     for name, why in world.blocked.items():
-        out.pending.append({"workload": name, "why": "; ".join(why)})
+        out.pending.append({"workload": name, "why": "; ".join(why), "forecast": "-"})
     out.problems += [world.problems[k] for k in sorted(world.problems)]
     return out

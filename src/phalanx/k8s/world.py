@@ -32,10 +32,10 @@ from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.contain import Contain, describe, label
 from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
-from phalanx.k8s.groups import Group, group_pods, workload_of
+from phalanx.k8s.groups import Group, ended_members, group_pods, workload_of
 from phalanx.k8s.kueue import Kueue
 from phalanx.k8s.nodes import dataset_sizes, parse_node
-from phalanx.k8s.pods import PodInfo, is_active, parse_pod
+from phalanx.k8s.pods import PodInfo, is_active, parse_pod, timestamp
 from phalanx.k8s.queues import build_tree
 from phalanx.k8s.shares import Slot, slot_of
 from phalanx.spec.dra import Devices, node_devices, parse_slices
@@ -95,6 +95,11 @@ class World:
     pods: dict[str, PodInfo] = field(default_factory=dict)  # ours, by task name (namespace/name)
     groups: dict[str, Group] = field(default_factory=dict)  # by workload name
     blocked: dict[str, list[str]] = field(default_factory=dict)  # workload -> why it cannot run
+    # blocked workloads that only wait for pods not created yet: workload -> within the creation grace
+    waiting_pods: dict[str, bool] = field(default_factory=dict)
+    # PodGroup objects (any dialect) by group, and our ended pods of named groups by group and phase
+    pod_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: dict[str, dict[str, int]] = field(default_factory=dict)
     pod_problems: dict[str, str] = field(default_factory=dict)  # our pods left out, by namespace/name
     node_problems: dict[str, str] = field(default_factory=dict)
     queue_problems: dict[str, str] = field(default_factory=dict)
@@ -197,11 +202,17 @@ def build_world(
             ours.append(p)
         elif p.node:
             foreign.append(p)
+    w.ended = ended_members(pods, cfg.scheduler_name)
+    for pg in pod_groups:
+        meta = pg.get("metadata") or {}
+        gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+            w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
     claims = _Claims(dra, snap, contain)
     claims.reserve({p.uid for p in ours if p.node})
     ours = [claims.attach(p, pods_by_key.get(p.key, {})) for p in ours] if dra.claims or dra.classes else ours
     known = {n.name for n in parsed}
-    for g in group_pods(ours, pod_groups):
+    for g in group_pods(ours, pod_groups, w.ended):
         w.groups[g.name] = g
         _job_parallelism(g, jobs or {})
         if kueue is not None:
@@ -215,13 +226,16 @@ def build_world(
                 else f"queue {queue!r} is not a leaf"
             )
             g.problems.append(why)
-        if not g.problems:
+        if not g.problems and not g.waiting:
             try:
                 snap.add_workload(workload_of(g, queue))
             except Exception as e:
                 g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
-        if g.problems:
-            w.blocked[g.name] = g.problems
+        if g.problems or g.waiting:
+            w.blocked[g.name] = g.problems or [g.waiting]
+            if not g.problems:  # only short of pods: within the grace, pods are still being created
+                since = max([p.created for p in g.pods] + [_created(g.pod_group)])
+                w.waiting_pods[g.name] = now - since < cfg.gang_creation_grace_s
             foreign += [p for p in g.pods if p.node and p.node in known]
             continue
         _apply_plans(g, w, contain)
@@ -246,7 +260,9 @@ def build_world(
     prefer = _reservations(w, reservations, foreign, cfg, contain, memo)
     for p in foreign:
         if p.node in known:
-            _foreign(snap, p, prefer.get(p.key, ()))
+            # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
+            ends = (p.deletion or now) if p.deleting else None
+            _foreign(snap, p, prefer.get(p.key, ()), ends)
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
@@ -284,11 +300,16 @@ def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]]) -> None:
     except (TypeError, ValueError):
         return
     if need > len(g.pods):
-        g.problems.append(
-            f"Job {g.namespace}/{first.owner[1]}: {len(g.pods)} of its {need} parallel pods exist; "
-            "waiting for the rest"
+        g.missing = need - len(g.pods)
+        g.waiting = (
+            f"Job {g.namespace}/{first.owner[1]}: waiting for {g.missing} more pod"
+            f"{'s' if g.missing != 1 else ''}: {len(g.pods)} of its {need} parallel pods exist"
         )
     g.min_available = max(1, min(need, len(g.pods)))
+
+
+def _created(obj: dict[str, Any] | None) -> float:
+    return timestamp(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
 
 
 def _kueue(g: Group, k: Kueue, jobs: dict[str, dict[str, Any]]) -> None:
@@ -419,7 +440,7 @@ def _reservations(
     return prefer
 
 
-def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = ()) -> None:
+def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: float | None = None) -> None:
     """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free."""
     i = snap.node_index(p.node)
     c = snap.cluster
@@ -432,7 +453,7 @@ def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = ()) -> None:
     gpus = tuple(snap.nodes[i].gpus[j].index for j in free[:want])
     cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
     mem = min(p.request.memory_mib, int(c.mem_free[i]))
-    snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI))
+    snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI, p.key, ends))
 
 
 def _with_dra(n: Node, devices: Devices) -> Node:

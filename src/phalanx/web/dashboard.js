@@ -81,6 +81,7 @@ function queueView(d) {
 function workloadView(d) {
   return `<section><h2>Workload ${esc(d.name)}</h2><p><span class="tag ${d.state === "running" ? "ok" : "warn"}" id="wl-state">${esc(d.state)}</span>
     queue ${link("queue", d.queue)}, priority ${d.priority}</p>
+    ${d.members ? `<p id="wl-gang"><b>Gang:</b> ${esc(d.phase)}: ${esc(d.members)}</p>` : ""}
     ${d.why ? `<p><b>Why it waits:</b> ${esc(d.why)}</p>` : ""}${d.forecast ? `<p id="wl-forecast"><b>Forecast:</b> ${esc(d.forecast)}</p>` : ""}
     <div class="scroll"><table><tr><th>pod</th><th>node</th><th>GPUs</th></tr>${d.pods.map(p => `<tr><td>${esc(p.pod)}</td>
       <td>${p.node ? link("node", p.node) : "-"}</td><td>${p.gpus.join(", ") || "-"}</td></tr>`).join("")}</table></div></section>`;

@@ -1,0 +1,123 @@
+"""What holds back the evictions a waiting workload needs: each guard named, with the time it ends.
+
+Preempt and reclaim skip victims that a guard protects: one that has not run the action's
+minimum runtime yet, one whose time slice (`quantum`) has not ended, one that is not
+preemptible. When a waiting workload finds no room among the other victims, the guarded ones
+are tried as well, on the snapshot, and undone: if the workload would then fit, the guards of
+the victims it needs become `Hold`s on its Pending decision, each with the time it ends (the
+forecast plays the cluster forward to those times). Victims still terminating (evicted, their
+devices not free yet) are held the same way, by allocate. Nothing here changes a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from phalanx.actions.evict import Victim, _attempt, lost_work, run_start, victim_order
+from phalanx.actions.gang import _place_gang
+from phalanx.core.decisions import MIN_RUNTIME, NOT_PREEMPTIBLE, TERMINATING, Hold, Pending
+from phalanx.core.model import Task
+from phalanx.core.session import Session
+from phalanx.core.snapshot import WorkloadEntry
+
+# what-ifs per action and cycle: each costs about one preemption try
+MAX_PER_CYCLE = 8
+
+
+def budget(session: Session, action: str) -> bool:
+    """True (and one less left) while this action may still work out holds this cycle."""
+    key = ("holds-budget", action)
+    left = session.memo.get(key, MAX_PER_CYCLE)
+    assert isinstance(left, int)
+    if left <= 0:
+        return False
+    session.memo[key] = left - 1
+    return True
+
+
+def running_in(session: Session, queues: Iterable[str]) -> list[WorkloadEntry]:
+    """Running workloads of these queues, preemptible or not, in name order (per cycle)."""
+    memo = session.memo.get("all-running-by-queue")
+    by_queue: dict[str, list[WorkloadEntry]]
+    if isinstance(memo, dict):
+        by_queue = memo
+    else:
+        by_queue = {}
+        for e in session.snapshot.running.values():
+            by_queue.setdefault(e.workload.queue, []).append(e)
+        session.memo["all-running-by-queue"] = by_queue
+    running = session.snapshot.running
+    out = [e for q in sorted(set(queues)) for e in by_queue.get(q, ()) if e.name in running and e.bound]
+    return sorted(out, key=lambda e: e.name)
+
+
+def guard_of(
+    session: Session, action: str, entry: WorkloadEntry, min_runtime: float, detail: str
+) -> Hold | None:
+    """What protects running `entry` from `action` now: not preemptible, or its minimum runtime."""
+    w = entry.workload
+    started = run_start(entry)
+    if not w.preemptible:
+        rt = w.estimated_runtime
+        return Hold(action, NOT_PREEMPTIBLE, entry.name, started + rt if rt else None, detail=detail)
+    if session.clock - started < min_runtime:
+        return Hold(action, MIN_RUNTIME, entry.name, started + min_runtime, min_runtime, detail)
+    return None
+
+
+def as_victim(session: Session, entry: WorkloadEntry) -> Victim:
+    allocs = tuple(sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name)))
+    return Victim(entry, allocs, lost_work(session, entry, allocs), False, run_start(entry))
+
+
+def held_back(
+    session: Session,
+    entry: WorkloadEntry,
+    gang: list[Task],
+    free: Iterable[Victim],
+    guarded: list[tuple[Victim, Hold]],
+    allow: Callable[[Victim, list[Victim]], bool] | None = None,
+) -> tuple[Hold, ...]:
+    """The holds of the guarded victims the gang would need, if with them it fits (tried, undone)."""
+    if not guarded:
+        return ()
+    ordered = sorted(guarded, key=lambda vh: (vh[1].until is None, vh[1].until or 0.0, victim_order(vh[0])))
+    hold = {id(v): h for v, h in guarded}
+    taken, used = _attempt(
+        session, entry, gang, [*free, *(v for v, _ in ordered)], "what-if", allow, commit=False
+    )
+    if taken is None:
+        return ()
+    return tuple(hold[id(v)] for v in taken if id(v) in hold and any(a.node in used for a in v.allocs))
+
+
+def terminating(session: Session, entry: WorkloadEntry, gang: list[Task]) -> tuple[Hold, ...]:
+    """If the gang fits once the pods still terminating are gone: a hold for each on its nodes."""
+    s = session.snapshot
+    if not s.leaving or not gang or not budget(session, "allocate"):
+        return ()
+    for lv in s.leaving:
+        s.let_go(lv)
+    used: set[int] = set()
+    try:
+        stmt = session.statement()
+        try:
+            if _place_gang(session, entry, gang, outer=stmt, explain=False).placed:
+                used = {entry.bound[t.name].node for t in gang}
+        finally:
+            stmt.discard()
+    finally:
+        for lv in reversed(s.leaving):
+            s.let_go(lv, gone=False)
+    return tuple(Hold("allocate", TERMINATING, lv.owner, lv.ends) for lv in s.leaving if lv.node in used)
+
+
+def note(session: Session, entry: WorkloadEntry, holds: tuple[Hold, ...]) -> None:
+    """Put the holds on the workload's Pending decision of this cycle (made now if it has none)."""
+    if not holds:
+        return
+    base = session.pending.get(entry.name) or entry.last_pending
+    if base is None:
+        base = Pending(entry.name, "waits for room that a guard holds back", unschedulable=True)
+    session.pending[entry.name] = replace(base, holds=holds)
