@@ -97,7 +97,8 @@ def terminating(session: Session, entry: WorkloadEntry, gang: list[Task]) -> tup
     s = session.snapshot
     if not s.leaving or not gang or not budget(session, "allocate"):
         return ()
-    for lv in s.leaving:
+    leaving = list(s.leaving)
+    for lv in leaving:
         s.let_go(lv)
     used: set[int] = set()
     try:
@@ -108,9 +109,9 @@ def terminating(session: Session, entry: WorkloadEntry, gang: list[Task]) -> tup
         finally:
             stmt.discard()
     finally:
-        for lv in reversed(s.leaving):
+        for lv in reversed(leaving):
             s.let_go(lv, gone=False)
-    return tuple(Hold("allocate", TERMINATING, lv.owner, lv.ends) for lv in s.leaving if lv.node in used)
+    return tuple(Hold("allocate", TERMINATING, lv.owner, lv.ends) for lv in leaving if lv.node in used)
 
 
 def note(session: Session, entry: WorkloadEntry, holds: tuple[Hold, ...]) -> None:

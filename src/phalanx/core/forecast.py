@@ -84,7 +84,8 @@ def forecast(
             continue
         started = min(a.since for a in e.bound.values())
         heapq.heappush(ends, (max(now, started + rt), e.name))
-    going = sorted(((max(now, lv.ends), k) for k, lv in enumerate(snap.leaving)), reverse=True)
+    leaving = list(snap.leaving)
+    going = sorted(((max(now, lv.ends), k) for k, lv in enumerate(leaving)), reverse=True)
     last: dict[str, Pending] = {e.name: e.last_pending for e in pending if e.last_pending is not None}
     wakes: list[float] = []
     woken: set[float] = set()
@@ -119,7 +120,7 @@ def forecast(
                 _, name = heapq.heappop(ends)
                 _finish(snap, snap.workloads[name], log)
             while going and going[-1][0] <= t:
-                lv = snap.leaving[going.pop()[1]]
+                lv = leaving[going.pop()[1]]
                 snap.let_go(lv)
                 log.append(lv)
                 gone.add(lv.owner)

@@ -422,12 +422,15 @@ class Snapshot:
             self.leaving.append(lv)
 
     def let_go(self, lv: Leaving, gone: bool = True) -> None:
-        """A leaving usage is gone (what-ifs and forecasts), or back with `gone=False` (to undo that)."""
+        """A leaving usage is gone (what-ifs and forecasts), or back with `gone=False` (to undo that,
+        newest first)."""
         if gone:
+            self.leaving.remove(lv)
             self.cluster.give(lv.node, lv.cpu_milli, lv.memory_mib, lv.devices)
             self.foreign_gpu_milli -= lv.devices.milli * len(lv.devices.gpus)
             self.release_epoch += 1
         else:
+            self.leaving.append(lv)
             self.cluster.take(lv.node, lv.cpu_milli, lv.memory_mib, lv.devices)
             self.foreign_gpu_milli += lv.devices.milli * len(lv.devices.gpus)
 
