@@ -147,15 +147,15 @@ class Hold:
             )
         return f"{self.action}: {self.guard} holds back {who}" + (f" until {end}" if end else "")
 
-    def lifted(self, who: str = "") -> str:
+    def lifted(self, who: str = "", many: bool = False) -> str:
         """What the guard's end allows, as the forecast says it: `when default/low-0 may be preempted`."""
         who = who or self.victim
         if self.guard in (MIN_RUNTIME, QUANTUM):
             return f"when {who} may be {'reclaimed' if self.action == 'reclaim' else 'preempted'}"
         if self.guard == NOT_PREEMPTIBLE:
-            return f"when {who} ends"
+            return f"when {who} {'end' if many else 'ends'}"
         if self.guard == TERMINATING:
-            return f"when {who} has terminated"
+            return f"when {who} {'have' if many else 'has'} terminated"
         return f"when the eviction of {who} is allowed"
 
 

@@ -186,7 +186,7 @@ def _lifted(p: Pending | None, t: float, gone: set[str]) -> str:
         return ""
     names = sorted({h.victim for h in ended if h.guard == ended[0].guard})
     who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return ended[0].lifted(who)
+    return ended[0].lifted(who, many=len(names) > 1)
 
 
 def _never(p: Pending | None, foreign_milli: int) -> str:

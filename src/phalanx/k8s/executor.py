@@ -124,7 +124,8 @@ class Executor:
         except (ApiError, Retry) as e:  # 429 from a PodDisruptionBudget ends up here after the retries
             log.warning("could not evict %s: %s", task, e)
             out.not_evicted.append(task)
-            out.refusals[task] = e.message if isinstance(e, ApiError) else str(e)
+            cause = e if isinstance(e, ApiError) else e.__cause__
+            out.refusals[task] = cause.message if isinstance(cause, ApiError) else str(e)
 
     # ------------------------------------------------------------------ binds
     def apply(
