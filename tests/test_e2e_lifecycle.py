@@ -1,0 +1,214 @@
+"""What the user is told follows real pod lifecycles (issue 27), on a real API server.
+
+There are no kubelets here: a pod "runs" or "completes" because the test patches its status phase
+through the API, as a kubelet would report it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e_kube import Kube, phalanx, running, wait_for
+from kube_objects import node, pod, pod_group
+from phalanx.k8s.insight import wall
+from phalanx.k8s.kinds import Kind
+from phalanx.k8s.pods import timestamp
+
+pytestmark = pytest.mark.e2e
+POD_GROUPS = Kind("scheduling.phalanx.io", "v1alpha1", "podgroups", True, "PodGroup")
+GROUP = "phalanx.io/pod-group"
+
+
+def member(name: str, group: str, **kw: Any) -> dict[str, Any]:
+    return pod(name, gpus=1, annotations={GROUP: group}, **kw)
+
+
+def finish(kube: Kube, name: str, phase: str = "Succeeded") -> None:
+    """Play the kubelet: the pod's containers ended."""
+    kube.api.patch_status("pods", name, "default", {"phase": phase})
+
+
+def status(kube: Kube, name: str) -> dict[str, Any]:
+    return (kube.get(POD_GROUPS, name, "default") or {}).get("status") or {}
+
+
+def condition(kube: Kube, name: str, kind: str) -> dict[str, Any]:
+    return next((c for c in status(kube, name).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def typed_events(kube: Kube, name: str) -> list[tuple[str, str, str]]:
+    items = kube.api.request("GET", "/api/v1/namespaces/default/events")["items"]
+    return [(e["type"], e["reason"], e["message"]) for e in items if e["involvedObject"].get("name") == name]
+
+
+def status_cli(kube: Kube, *args: str) -> str:
+    p = phalanx(
+        "status", "--kubeconfig", str(kube.cp.kubeconfig), *args, env={**os.environ, "COLUMNS": "400"}
+    )
+    out = p.communicate(timeout=90)[0]
+    assert p.returncode == 0, out
+    return out
+
+
+def test_a_gang_with_a_succeeded_member_reads_as_running_in_its_status_and_phalanx_status(kube: Kube) -> None:
+    kube.api.create("nodes", node("n0", gpus=2))
+    kube.create(pod_group("train", 2))
+    for k in range(2):
+        kube.create(member(f"train-{k}", "train"))
+    with running(kube, profile="phalanx-queues") as s:
+        wait_for("the gang bound", lambda: all(kube.node_of(f"train-{k}") for k in range(2)), timeout=20)
+        kube.run_pod("train-0")
+        kube.run_pod("train-1")
+        finish(kube, "train-1")  # one member completed; the other runs on
+        wait_for(
+            "the Running condition counts the member that ended",
+            lambda: (
+                "1 running, 1 ended (1 succeeded), 0 waiting"
+                in condition(kube, "train", "Running").get("message", "")
+            ),
+            timeout=20,
+        )
+        s.explainer.flush()
+        time.sleep(1.0)  # a few more cycles: nothing may turn it back
+        st = status(kube, "train")
+        assert st["phase"] == "Running", st
+        assert condition(kube, "train", "Scheduled")["status"] == "True"
+        assert condition(kube, "train", "Scheduled")["reason"] == "Scheduled"
+        assert condition(kube, "train", "Running")["status"] == "True"
+        assert not [e for e in typed_events(kube, "train-0") if e[0] == "Warning"]
+    out = status_cli(kube, "--profile", "phalanx-queues")
+    gangs, _, pending = out.partition("Pending workloads")
+    assert "default/train" in gangs and "Running" in gangs and "1 running, 1 ended (1 succeeded)" in gangs, (
+        out
+    )
+    assert "default/train" not in pending, out
+
+
+def test_a_gang_whose_pods_are_still_being_created_gets_no_warning(kube: Kube) -> None:
+    kube.api.create("nodes", node("n0", gpus=2))
+    with running(kube) as s:
+        kube.create(pod_group("race", 2))
+        kube.create(member("race-0", "race"))
+        said = wait_for(
+            "waiting for the second pod",
+            lambda: [e for e in typed_events(kube, "race-0") if e[1] == "WaitingForPods"],
+            timeout=20,
+        )
+        assert said[0][0] == "Normal" and "waiting for 1 more pod" in said[0][2], said
+        wait_for(
+            "the PodGroup waits for pods",
+            lambda: condition(kube, "race", "Scheduled").get("reason") == "WaitingForPods",
+        )
+        assert status(kube, "race")["phase"] == "Pending"
+        kube.create(member("race-1", "race"))
+        wait_for("the gang bound", lambda: all(kube.node_of(f"race-{k}") for k in range(2)), timeout=20)
+        s.explainer.flush()
+        wait_for(
+            "the PodGroup scheduled", lambda: condition(kube, "race", "Scheduled").get("status") == "True"
+        )
+    warnings = [e for k in range(2) for e in typed_events(kube, f"race-{k}") if e[0] == "Warning"]
+    assert not warnings, warnings
+
+
+def _classes(kube: Kube) -> None:
+    for name, value in (("e27-low", 100), ("e27-high", 1000)):
+        kube.apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+        )
+
+
+def _classed(p: dict[str, Any], priority_class: str) -> dict[str, Any]:
+    del p["spec"]["priority"]  # the priority comes from the class
+    p["spec"]["priorityClassName"] = priority_class
+    return p
+
+
+def _profile(tmp_path: Path, min_runtime: float) -> str:
+    """The default profile, preempting by priority only after `min_runtime` (the default before issue 27)."""
+    prof = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
+    prof["name"] = "phalanx-queues-min-runtime"
+    for action in prof["actions"]:
+        if action["name"] == "preempt":
+            action["args"]["min_runtime"] = min_runtime
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(prof))
+    return str(path)
+
+
+def test_a_preemption_held_back_by_min_runtime_names_it_and_when_it_ends(kube: Kube, tmp_path: Path) -> None:
+    _classes(kube)
+    kube.api.create("nodes", node("n0", gpus=2))
+    for k in range(2):
+        kube.create(_classed(pod(f"low-{k}", gpus=1), "e27-low"))
+    prof = _profile(tmp_path, 600)
+    with running(kube, profile=prof):
+        wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(2)), timeout=20)
+        for k in range(2):
+            kube.run_pod(f"low-{k}", started_s_ago=60)  # a minute into their 10-minute minimum runtime
+        started = max(timestamp(kube.pods()[f"low-{k}"]["status"]["startTime"]) for k in range(2))
+        kube.create(pod_group("train", 2))
+        for k in range(2):
+            kube.create(_classed(member(f"train-{k}", "train"), "e27-high"))
+
+        def said() -> str:
+            return " ".join(m for _, r, m in typed_events(kube, "train-0") if r == "FailedScheduling")
+
+        text = wait_for("the gang told why it waits", lambda: "min_runtime" in said() and said(), timeout=30)
+    assert (
+        "preempt: min_runtime 600 s protects default/low-0 (priority 100), default/low-1 (priority 100) "
+        f"until {wall(started + 600)}; they may be preempted then"
+    ) in text, text
+    assert (
+        "expected to start around" in text
+        and "when default/low-0, default/low-1 may be preempted (forecast)" in text
+    )
+    assert "does not fit even when everything running has ended" not in text
+    assert not any(kube.pods()[f"low-{k}"]["metadata"].get("deletionTimestamp") for k in range(2))
+    assert "min_runtime 600 s" in condition(kube, "train", "Scheduled").get("message", "")
+    out = status_cli(kube, "--profile", prof)
+    assert "min_runtime 600 s protects default/low-0" in out and "may be preempted" in out, out
+
+
+def test_the_default_preempts_at_once_and_the_gang_waits_for_its_victims_to_terminate(kube: Kube) -> None:
+    _classes(kube)
+    kube.api.create("nodes", node("n0", gpus=2))
+    for k in range(2):
+        kube.create(_classed(pod(f"low-{k}", gpus=1), "e27-low"))
+    with running(kube, profile="phalanx-queues"):
+        wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(2)), timeout=20)
+        for k in range(2):
+            kube.run_pod(f"low-{k}", started_s_ago=60)  # a minute old: priority does not wait (issue 27)
+        kube.create(pod_group("train", 2))
+        for k in range(2):
+            kube.create(_classed(member(f"train-{k}", "train"), "e27-high"))
+        wait_for(
+            "the victims terminating",
+            lambda: all(kube.pods()[f"low-{k}"]["metadata"].get("deletionTimestamp") for k in range(2)),
+            timeout=20,
+        )
+
+        def said() -> str:
+            return " ".join(m for _, r, m in typed_events(kube, "train-0") if r == "FailedScheduling")
+
+        text = wait_for(
+            "the gang told it waits for them", lambda: "to terminate" in said() and said(), timeout=20
+        )
+        assert "waits for default/low-0, default/low-1 to terminate (grace period until " in text, text
+        assert "when default/low-0, default/low-1 have terminated (forecast)" in text, text
+        assert "does not fit even when everything running has ended" not in text, text
+        assert any(r == "Preempting" for _, r, _ in typed_events(kube, "train-0"))
+        for k in range(2):
+            kube.force_delete_pod(f"low-{k}")  # what their kubelet would confirm
+        wait_for("the gang bound", lambda: all(kube.node_of(f"train-{k}") for k in range(2)), timeout=20)
