@@ -84,6 +84,25 @@ def image_inputs_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def cached_build(kind: str, digest: str, *args: str) -> Path:
+    """deploy/image/build.sh's output, kept under ~/.cache/phalanx-image by the digest of its inputs."""
+    for tool in ("mmdebstrap", "buildah"):
+        if not shutil.which(tool):
+            skip_or_fail(f"{tool} is missing to build the image (apt-get install {tool})")
+    if os.geteuid() != 0:
+        skip_or_fail("building the image needs root (mmdebstrap's root mode, buildah)")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phalanx-image"
+    out = cache / f"{kind}-{digest}.tar"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        for old in cache.glob(f"{kind}-*.tar"):
+            old.unlink()
+        r = subprocess.run([str(BUILD), "--out", str(out), *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"deploy/image/build.sh {' '.join(args)} failed:\n{r.stderr[-4000:]}")
+    return out
+
+
 def image_archive() -> Path:
     """Phalanx's image as an OCI archive: `PHALANX_IMAGE`, or built (and cached by its inputs)."""
     given = os.environ.get("PHALANX_IMAGE", "")
@@ -91,19 +110,13 @@ def image_archive() -> Path:
         if not os.path.isfile(given):
             pytest.fail(f"PHALANX_IMAGE={given} is not a file")
         return Path(given)
-    for tool, pkg in (("mmdebstrap", "mmdebstrap"), ("buildah", "buildah")):
-        if not shutil.which(tool):
-            skip_or_fail(f"{tool} is missing to build the image (apt-get install {pkg})")
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phalanx-image"
-    out = cache / f"phalanx-{image_inputs_digest()}.tar"
-    if not out.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        for old in cache.glob("phalanx-*.tar"):
-            old.unlink()
-        r = subprocess.run([str(BUILD), "--out", str(out)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.fail(f"deploy/image/build.sh failed:\n{r.stderr[-4000:]}")
-    return out
+    return cached_build("phalanx", image_inputs_digest())
+
+
+def base_archive() -> Path:
+    """The Debian base alone (build.sh --base-only), for building the Dockerfile without a registry."""
+    digest = hashlib.sha256(BUILD.read_bytes()).hexdigest()[:16]
+    return cached_build("debian-python", digest, "--base-only")
 
 
 # ---------------------------------------------------------------------------------------- nodes

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build Phalanx's container image with no registry base image, as an OCI archive.
 #
-#   deploy/image/build.sh [--out FILE] [--name REF] [--suite SUITE] [--python PY]
+#   deploy/image/build.sh [--out FILE] [--name REF] [--suite SUITE] [--python PY] [--base-only]
+#
+# --base-only writes just the Debian base (python3 and its venv module, no Phalanx): a BASE for
+# the Dockerfile where no registry image can be pulled.
 #
 # 1. the Phalanx wheel and the wheels of everything it needs (`.[node]`), built or fetched by the
 #    host's pip (Python 3.11, like Debian bookworm's), so the image build itself needs no index;
@@ -21,10 +24,11 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml" | head -1)"
-out="$repo/dist/phalanx-image-$version.tar"
-name="phalanx.local/phalanx:$version"
+out=""
+name=""
 suite="bookworm"
 python="${PYTHON:-python3}"
+base_only=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,11 +36,17 @@ while [ $# -gt 0 ]; do
     --name) name="$2"; shift 2 ;;
     --suite) suite="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
+    --base-only) base_only=1; shift ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
+if [ "$base_only" = 1 ]; then
+  out="${out:-$repo/dist/debian-python-$suite.tar}"; name="${name:-phalanx.local/debian-python:$suite}"
+else
+  out="${out:-$repo/dist/phalanx-image-$version.tar}"; name="${name:-phalanx.local/phalanx:$version}"
+fi
 die() { echo "build.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (mmdebstrap's root mode and buildah)"
 command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (apt-get install mmdebstrap)"
@@ -54,35 +64,45 @@ cleanup() {
 trap cleanup EXIT
 start=$(date +%s)
 
-echo "build.sh: wheels (Phalanx $version and its dependencies)" >&2
-"$python" -m pip wheel --quiet --wheel-dir "$work/wheels" "$repo[node]"
+hooks=()
+if [ "$base_only" = 0 ]; then
+  echo "build.sh: wheels (Phalanx $version and its dependencies)" >&2
+  "$python" -m pip wheel --quiet --wheel-dir "$work/wheels" "$repo[node]"
+  hooks=(
+    --customize-hook="copy-in $work/wheels /tmp"
+    --customize-hook='chroot "$1" python3 -m venv /opt/phalanx'
+    --customize-hook='chroot "$1" /opt/phalanx/bin/pip install --quiet --no-index --find-links /tmp/wheels --no-cache-dir "phalanx[node]"'
+    --customize-hook='chroot "$1" groupadd --gid 65532 phalanx && chroot "$1" useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phalanx'
+    --customize-hook='{ echo "# Debian packages"; chroot "$1" dpkg-query -W; echo "# Python distributions"; chroot "$1" /opt/phalanx/bin/pip freeze --all; } > "$1/opt/phalanx/BUILDINFO"'
+    --customize-hook='chroot "$1" /opt/phalanx/bin/pip uninstall --quiet --yes pip setuptools wheel'
+  )
+fi
 
-echo "build.sh: Debian $suite base and /opt/phalanx (mmdebstrap)" >&2
+echo "build.sh: Debian $suite base$([ "$base_only" = 1 ] || echo ' and /opt/phalanx') (mmdebstrap)" >&2
 mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
-  --customize-hook="copy-in $work/wheels /tmp" \
-  --customize-hook='chroot "$1" python3 -m venv /opt/phalanx' \
-  --customize-hook='chroot "$1" /opt/phalanx/bin/pip install --quiet --no-index --find-links /tmp/wheels --no-cache-dir "phalanx[node]"' \
-  --customize-hook='chroot "$1" groupadd --gid 65532 phalanx && chroot "$1" useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phalanx' \
-  --customize-hook='{ echo "# Debian packages"; chroot "$1" dpkg-query -W; echo "# Python distributions"; chroot "$1" /opt/phalanx/bin/pip freeze --all; } > "$1/opt/phalanx/BUILDINFO"' \
-  --customize-hook='chroot "$1" /opt/phalanx/bin/pip uninstall --quiet --yes pip setuptools wheel' \
+  "${hooks[@]}" \
   --customize-hook='rm -rf "$1/tmp/wheels" "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
   "$suite" "$work/rootfs.tar"
 
 echo "build.sh: OCI archive $out ($name, buildah)" >&2
 ctr="$(buildah from --quiet scratch)"
 buildah add --quiet "$ctr" "$work/rootfs.tar" / >/dev/null
-buildah config \
-  --entrypoint '["/opt/phalanx/bin/phalanx"]' --cmd 'scheduler --in-cluster' \
-  --user 65532:65532 --workingdir / \
-  --env PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  --env HOME=/tmp --env MPLCONFIGDIR=/tmp/matplotlib --env PYTHONDONTWRITEBYTECODE=1 \
-  --label org.opencontainers.image.title=phalanx \
-  --label org.opencontainers.image.version="$version" \
-  --label org.opencontainers.image.licenses=Apache-2.0 \
-  "$ctr"
+if [ "$base_only" = 1 ]; then
+  buildah config --cmd python3 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
+else
+  buildah config \
+    --entrypoint '["/opt/phalanx/bin/phalanx"]' --cmd 'scheduler --in-cluster' \
+    --user 65532:65532 --workingdir / \
+    --env PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env HOME=/tmp --env MPLCONFIGDIR=/tmp/matplotlib --env PYTHONDONTWRITEBYTECODE=1 \
+    --label org.opencontainers.image.title=phalanx \
+    --label org.opencontainers.image.version="$version" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    "$ctr"
+fi
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 buildah commit --quiet --format oci --disable-compression=false --timestamp "$SOURCE_DATE_EPOCH" --rm "$ctr" "oci-archive:$out:$name" >/dev/null
