@@ -212,3 +212,29 @@ def test_the_default_preempts_at_once_and_the_gang_waits_for_its_victims_to_term
         for k in range(2):
             kube.force_delete_pod(f"low-{k}")  # what their kubelet would confirm
         wait_for("the gang bound", lambda: all(kube.node_of(f"train-{k}") for k in range(2)), timeout=20)
+
+
+def test_a_preemption_refused_by_a_disruption_budget_is_told_to_the_preemptor(kube: Kube) -> None:
+    _classes(kube)
+    kube.api.create("nodes", node("n0", gpus=1))
+    kube.create(_classed(pod("low", gpus=1, labels={"app": "low"}), "e27-low"))
+    kube.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-low", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "low"}}},
+        }
+    )
+    with running(kube, profile="phalanx-queues"):
+        wait_for("low bound", lambda: kube.node_of("low"), timeout=20)
+        kube.run_pod("low")
+        kube.create(_classed(pod("high", gpus=1), "e27-high"))
+
+        def said() -> str:
+            return " ".join(m for _, r, m in typed_events(kube, "high") if r == "FailedScheduling")
+
+        text = wait_for("the preemptor told", lambda: "was refused" in said() and said(), timeout=30)
+    assert "preempt: the eviction of default/low was refused: Cannot evict pod" in text, text
+    assert "disruption budget" in text and "no known end" in text, text
+    assert not kube.node_of("high")

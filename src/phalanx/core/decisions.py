@@ -140,7 +140,7 @@ class Hold:
             ends = f"grace period until {end}" if end else "evicted, not gone yet"
             return f"waits for {who} to terminate ({ends})"
         if self.guard == DISRUPTION_BUDGET:
-            why = f": {self.detail}" if self.detail else ""
+            why = f": {self.detail.rstrip('.')}" if self.detail else ""
             return (
                 f"{self.action}: the eviction of {who} was refused{why}; "
                 "retried every cycle, no known end (until the budget allows a disruption)"
