@@ -191,3 +191,14 @@ def test_an_unknown_podgroup_of_no_pods_waits_for_them(fake):
         == "PodGroup default/empty: waiting for 2 more pod(s)"
     )
     s.stop()
+
+
+def test_status_help_says_it_shows_gangs_and_the_start_forecast():
+    from typer.testing import CliRunner
+
+    from phalanx.cli.main import app
+
+    r = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["status", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "start forecast" in text and "gangs with their phase" in text
