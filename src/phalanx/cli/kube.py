@@ -15,12 +15,14 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.k8s.api import Api
-from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
+from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
 from phalanx.k8s.leader import LeaseNamespaceMissing
 from phalanx.k8s.scheduler import Scheduler
 from phalanx.k8s.server import serve
+from phalanx.k8s.shares import parse_reservation_extras
 from phalanx.k8s.status import collect
 from phalanx.profiles import load_profile
+from phalanx.spec.common import load_yaml
 
 LEVELS_HELP = (
     "Topology levels, outermost first: level=node-label,... (default: "
@@ -84,6 +86,13 @@ def scheduler(
     reservation_image: Annotated[
         str, typer.Option(help="Image of the reservation pods (runs `phalanx node reserve`).")
     ] = "phalanx:0.1.0",
+    reservation_pod: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file of what to add to the reservation pods: runtimeClassName (e.g. nvidia, "
+            "where the NVIDIA runtime is not the default), env, volumes, volumeMounts."
+        ),
+    ] = None,
     kueue: Annotated[
         str,
         typer.Option(
@@ -113,6 +122,10 @@ def scheduler(
             raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
         if gpu_shares not in ("off", "reservation"):
             raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
+        extras = ReservationPodExtras()
+        if reservation_pod is not None:
+            where = f"--reservation-pod {reservation_pod}"
+            extras = parse_reservation_extras(load_yaml(reservation_pod), where)
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
@@ -125,6 +138,7 @@ def scheduler(
             gpu_shares=gpu_shares,
             reservation_namespace=reservation_namespace,
             reservation_image=reservation_image,
+            reservation_extras=extras,
             share_limit_env=share_limit_env,
             kueue=kueue,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from phalanx.spec.common import pairs
 
@@ -11,6 +12,18 @@ DEFAULT_LEVELS = (
     ("spine", "topology.phalanx.io/spine"),
     ("rack", "topology.phalanx.io/rack"),
 )
+
+
+@dataclass(frozen=True)
+class ReservationPodExtras:
+    """What a cluster adds to the GPU reservation pods (`--reservation-pod FILE`): the NVIDIA
+    runtime's class where it is not the default (NVML comes from it), and variables and volumes
+    (an API server address, a driver folder). Parsed and checked by `phalanx.k8s.shares`."""
+
+    runtime_class_name: str = ""
+    env: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+    volume_mounts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class AdapterConfig:
     reservation_image: str = "phalanx:0.1.0"
     reservation_priority_class: str = "phalanx-gpu-reservation"
     reservation_timeout_s: float = 120.0  # a reservation pod without a GPU by then is deleted
+    reservation_extras: ReservationPodExtras = ReservationPodExtras()
     share_limit_env: bool = False  # also write HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / _SM_LIMIT
     # Kueue users (phalanx.k8s.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
     # "migrate" (Phalanx enforces the ClusterQueues) or "off"

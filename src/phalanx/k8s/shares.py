@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,13 +28,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from phalanx.core.decisions import Bind
+from phalanx.core.errors import SpecError
 from phalanx.core.model import MILLI
 from phalanx.k8s import failpoint, keys
 from phalanx.k8s.api import Api, Conflict, NotFound
-from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.config import AdapterConfig, ReservationPodExtras
 from phalanx.k8s.kinds import CONFIG_MAPS, PODS
 from phalanx.k8s.pods import timestamp
+from phalanx.spec.common import validate
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
@@ -56,13 +61,89 @@ def reservation_name(node: str, index: int) -> str:
     return f"phalanx-gpu-{node[:200]}-{digest}-{index}"
 
 
+_OWN_ENV = ("POD_NAME", "POD_NAMESPACE")  # `phalanx node reserve` finds its pod through them
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+class _Loose(BaseModel):
+    """A Kubernetes object the API server checks in full; we check what we rely on."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _EnvVar(_Loose):
+    name: str = Field(min_length=1)
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None
+
+
+class _Volume(_Loose):
+    name: str = Field(min_length=1)
+
+
+class _VolumeMount(_Loose):
+    name: str = Field(min_length=1)
+    mountPath: str = Field(min_length=1)
+    readOnly: bool = False
+
+
+class _ReservationPodFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    runtimeClassName: str = ""
+    env: list[_EnvVar] = Field(default_factory=list)
+    volumes: list[_Volume] = Field(default_factory=list)
+    volumeMounts: list[_VolumeMount] = Field(default_factory=list)
+
+
+def parse_reservation_extras(data: object, where: str) -> ReservationPodExtras:
+    """`--reservation-pod`'s YAML: {runtimeClassName, env, volumes, volumeMounts}, all optional."""
+    if data is not None and not isinstance(data, dict):
+        raise SpecError(where, "must be a mapping (runtimeClassName, env, volumes, volumeMounts)")
+    f = validate(_ReservationPodFile, data or {}, where)
+    if f.runtimeClassName and not _DNS_SUBDOMAIN.match(f.runtimeClassName):
+        raise SpecError(f"{where}: runtimeClassName", f"{f.runtimeClassName!r} is not a DNS subdomain name")
+    for k, e in enumerate(f.env):
+        w = f"{where}: env[{k}]"
+        if not _ENV_NAME.match(e.name):
+            raise SpecError(w, f"{e.name!r} is not a valid variable name")
+        if e.name in _OWN_ENV:
+            raise SpecError(w, f"{e.name} is set by Phalanx (the reservation pod finds itself through it)")
+        if e.value is not None and e.valueFrom is not None:
+            raise SpecError(w, "give value or valueFrom, not both")
+    names: set[str] = set()
+    for k, v in enumerate(f.volumes):
+        w = f"{where}: volumes[{k}]"
+        if not _DNS_LABEL.match(v.name):
+            raise SpecError(w, f"{v.name!r} is not a DNS label (lower case, digits, '-')")
+        if v.name in names:
+            raise SpecError(w, f"volume {v.name!r} is listed twice")
+        names.add(v.name)
+        if len(v.model_dump(exclude={"name"})) != 1:
+            raise SpecError(w, "give exactly one volume source (hostPath, configMap, ...)")
+    for k, m in enumerate(f.volumeMounts):
+        w = f"{where}: volumeMounts[{k}]"
+        if m.name not in names:
+            raise SpecError(w, f"mounts volume {m.name!r}, which volumes does not list")
+        if not m.mountPath.startswith("/"):
+            raise SpecError(w, f"mountPath {m.mountPath!r} is not an absolute path")
+
+    def dump(items: list[Any]) -> tuple[dict[str, Any], ...]:
+        return tuple(i.model_dump(exclude_none=True, exclude_defaults=False) for i in items)
+
+    return ReservationPodExtras(f.runtimeClassName, dump(f.env), dump(f.volumes), dump(f.volumeMounts))
+
+
 def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]:
-    """The pod that holds GPU group `index` of `node` for its shares."""
+    """The pod that holds GPU group `index` of `node` for its shares (with the cluster's extras)."""
+    extras = cfg.reservation_extras
     field_env = [
         {"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}
         for n, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))
     ]
-    return {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -83,7 +164,7 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
                     "image": cfg.reservation_image,
                     "imagePullPolicy": "IfNotPresent",
                     "args": ["node", "reserve", "--in-cluster"],
-                    "env": field_env,
+                    "env": field_env + [dict(e) for e in extras.env],
                     "resources": {
                         "requests": {"cpu": "1m", "memory": "64Mi", keys.GPU_RESOURCE: "1"},
                         "limits": {"memory": "128Mi", keys.GPU_RESOURCE: "1"},
@@ -93,6 +174,14 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
             ],
         },
     }
+    spec: dict[str, Any] = pod["spec"]
+    if extras.runtime_class_name:
+        spec["runtimeClassName"] = extras.runtime_class_name
+    if extras.volumes:
+        spec["volumes"] = [dict(v) for v in extras.volumes]
+    if extras.volume_mounts:
+        spec["containers"][0]["volumeMounts"] = [dict(m) for m in extras.volume_mounts]
+    return pod
 
 
 def slot_of(pod: dict[str, Any], cfg: AdapterConfig) -> Slot | None:

@@ -85,6 +85,22 @@ Whether the scheduler makes GPU reservation pods.
 {{- end }}
 
 {{/*
+What the scheduler adds to its GPU reservation pods (--reservation-pod), as YAML; empty when
+nothing is (reservations.runtimeClassName, env, volumes, volumeMounts, and the global extraEnv).
+*/}}
+{{- define "phalanx.reservationPod" -}}
+{{- if include "phalanx.reservations" . -}}
+{{- $r := .Values.reservations -}}
+{{- $pod := dict -}}
+{{- with $r.runtimeClassName }}{{ $_ := set $pod "runtimeClassName" . }}{{ end -}}
+{{- with include "phalanx.extraEnv" (list . $r) }}{{ $_ := set $pod "env" (fromYamlArray .) }}{{ end -}}
+{{- with $r.volumes }}{{ $_ := set $pod "volumes" . }}{{ end -}}
+{{- with $r.volumeMounts }}{{ $_ := set $pod "volumeMounts" . }}{{ end -}}
+{{- if $pod }}{{ toYaml $pod }}{{ end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
 Values that must agree with each other; a wrong one stops the render with a message.
 */}}
 {{- define "phalanx.validate" -}}
