@@ -257,7 +257,7 @@ class Explainer:
     ) -> None:
         meta = pg.get("metadata") or {}
         name, ns = str(meta.get("name")), str(meta.get("namespace"))
-        key = f"pg/{ns}/{name}"
+        key = f"pg/{ns}/{name}/{meta.get('uid', '')}"  # a PodGroup made again under the same name is new
         same = (phase, tuple(sorted(counts.items())), tuple(conds))
         if self.status.get(key) == same:
             return
