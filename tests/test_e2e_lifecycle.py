@@ -44,8 +44,14 @@ def condition(kube: Kube, name: str, kind: str) -> dict[str, Any]:
 
 
 def typed_events(kube: Kube, name: str) -> list[tuple[str, str, str]]:
+    """Events of this pod, not of an earlier test's pod of the same name (Events outlive pods)."""
+    uid = ((kube.api.get_pod("default", name) or {}).get("metadata") or {}).get("uid")
     items = kube.api.request("GET", "/api/v1/namespaces/default/events")["items"]
-    return [(e["type"], e["reason"], e["message"]) for e in items if e["involvedObject"].get("name") == name]
+    return [
+        (e["type"], e["reason"], e["message"])
+        for e in items
+        if e["involvedObject"].get("name") == name and e["involvedObject"].get("uid") == uid
+    ]
 
 
 def status_cli(kube: Kube, *args: str) -> str:
