@@ -303,3 +303,60 @@ def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterato
             list(pool.map(node_down, names))
         kube.close()
         cp.stop()
+
+
+# ---------------------------------------------------------------------------------------- watching
+def phase(p: dict[str, Any]) -> str:
+    return str((p.get("status") or {}).get("phase") or "")
+
+
+class Watch:
+    """Samples a namespace every 0.1 s: when each pod was first seen bound / Running / ended, and
+    every moment at which a node held more GPUs in live pods than it has."""
+
+    def __init__(self, k: KitCluster, ns: str, gpus_per_node: int) -> None:
+        self.k = k
+        self.ns = ns
+        self.gpus_per_node = gpus_per_node
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.deleting: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}
+        self.over: list[str] = []
+        self.seen: set[str] = set()
+        self._stop = False
+        self._pool = ThreadPoolExecutor(1)
+        self._fut = self._pool.submit(self._loop)
+
+    def _loop(self) -> None:
+        while not self._stop:
+            now = time.monotonic()
+            pods = {p["metadata"]["name"]: p for p in self.k.pods(self.ns)}
+            held: dict[str, int] = {}
+            for name, p in pods.items():
+                self.seen.add(name)
+                node = (p.get("spec") or {}).get("nodeName") or ""
+                if node:
+                    self.bound.setdefault(name, now)
+                    self.nodes[name] = node
+                ph = phase(p)
+                if ph == "Running":
+                    self.running.setdefault(name, now)
+                if ph in ("Succeeded", "Failed"):
+                    self.ended.setdefault(name, now)
+                if p["metadata"].get("deletionTimestamp"):
+                    self.deleting.setdefault(name, now)
+                if node and ph not in ("Succeeded", "Failed"):
+                    lim = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
+                    held[node] = held.get(node, 0) + int(lim.get("nvidia.com/gpu", 0))
+            for name in self.seen - set(pods):
+                self.gone.setdefault(name, now)
+            self.over += [f"{n}: {g} GPUs at {now:.1f}" for n, g in held.items() if g > self.gpus_per_node]
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop = True
+        self._fut.result(timeout=10)
+        self._pool.shutdown()
