@@ -4,6 +4,10 @@ Its GPUs come from `CONFIG` (set by the test) or from the JSON file `$PHALANX_FA
 subprocess, e.g. `phalanx node reserve`, reads it there): a list of
 {"uuid", "name", "memory_mib", "bus_id", "mig": bool, "nvlinks": [bus ids]}; `{"missing": true}`
 makes nvmlInit fail as it does on a node without the driver.
+
+Inside a container, NVML sees only the GPUs the NVIDIA container runtime put there, the ones
+`NVIDIA_VISIBLE_DEVICES` names (by UUID or index; `all` or unset: every GPU; `none`/`void`: none).
+The fake does the same, so that a pod given GPUs by a device plugin sees just those.
 """
 
 from __future__ import annotations
@@ -23,12 +27,22 @@ class NVMLError(Exception):
 
 def _cfg() -> dict[str, Any]:
     if CONFIG is not None:
-        return CONFIG
+        return _visible(CONFIG)
     path = os.environ.get("PHALANX_FAKE_NVML", "")
     if not path:
         raise NVMLError("NVML Shared Library Not Found")
     with open(path) as f:
-        return json.load(f)  # type: ignore[no-any-return]
+        return _visible(json.load(f))
+
+
+def _visible(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The GPUs NVIDIA_VISIBLE_DEVICES lets a container see, as the NVIDIA runtime would."""
+    wanted = os.environ.get("NVIDIA_VISIBLE_DEVICES", "all").strip()
+    if wanted in ("", "all") or "gpus" not in cfg:
+        return cfg
+    names = {w.strip() for w in wanted.split(",")} - {"none", "void"}
+    gpus = [g for k, g in enumerate(cfg["gpus"]) if g["uuid"] in names or str(k) in names]
+    return {**cfg, "gpus": gpus}
 
 
 def nvmlInit() -> None:

@@ -2,11 +2,13 @@
 
 Only what discovery reads: /sys/devices/pci*/... device folders (with numa_node),
 /sys/bus/pci/devices/<bdf> links to them, /sys/class/infiniband/<dev>/{device, ports/1/rate,
-device/net/<ifname>}.
+device/net/<ifname>}. The links are relative, as the kernel's are, so a tree still reads right
+when it is mounted somewhere else (a container's hostPath).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ def _device(root: Path, chain: list[str], numa: int) -> Path:
     (d / "numa_node").write_text(f"{numa}\n")
     link = root / "bus" / "pci" / "devices" / chain[-1]
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(d)
+    link.symlink_to(os.path.relpath(d, link.parent))
     return d
 
 
@@ -25,15 +27,16 @@ def _nic(root: Path, dev: Path, name: str, ifname: str, gbps: int) -> None:
     ib = root / "class" / "infiniband" / name
     (ib / "ports" / "1").mkdir(parents=True)
     (ib / "ports" / "1" / "rate").write_text(f"{gbps} Gb/sec (4X NDR)\n")
-    (ib / "device").symlink_to(dev)
+    (ib / "device").symlink_to(os.path.relpath(dev, ib))
     (dev / "net" / ifname).mkdir(parents=True)
 
 
-def dgx(root: Path) -> list[dict[str, Any]]:
+def dgx(root: Path, switches: int = 4, uuid_prefix: str = "GPU-") -> list[dict[str, Any]]:
     """8 GPUs and 4 RDMA NICs behind 4 PCIe switches (2 GPUs + 1 NIC each), on 2 NUMA nodes,
-    all GPUs in one NVLink domain (NVSwitch). Returns the fake NVML's GPU list."""
+    all GPUs in one NVLink domain (NVSwitch). Returns the fake NVML's GPU list. With fewer
+    `switches`, the first ones only (2: 4 GPUs and 2 NICs on NUMA node 0)."""
     gpus = []
-    for sw in range(4):
+    for sw in range(switches):
         numa = sw // 2
         rc = "pci0000:00" if numa == 0 else "pci0000:80"
         bus = 0x10 * (sw + 1) + (0x80 if numa else 0)
@@ -49,7 +52,7 @@ def dgx(root: Path) -> list[dict[str, Any]]:
                 _nic(root, d, f"mlx5_{sw}", f"ibp{bus + 2 + slot}s0", 400)
     return [
         {
-            "uuid": f"GPU-{k:08d}-aaaa-bbbb-cccc-000000000000",
+            "uuid": f"{uuid_prefix}{k:08d}-aaaa-bbbb-cccc-000000000000",
             "name": "NVIDIA H100 80GB HBM3",
             "memory_mib": 81559,
             "bus_id": b,

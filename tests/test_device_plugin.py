@@ -153,8 +153,9 @@ def test_registers_lists_and_allocates_what_the_scheduler_chose(folder: Path, ku
             # kubelet admits the oldest waiting pod first: ours, placed on GPUs 5 and 6
             free = UUIDS[2:]
             assert _prefer(ch, free, 2) == [UUIDS[5], UUIDS[6]]
-            env = _allocate(ch, [UUIDS[5], UUIDS[6]])
-            assert env == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[5]},{UUIDS[6]}"}
+            # kubelet's Allocate carries them as a set, in its own order (seen on a real kubelet)
+            env = _allocate(ch, [UUIDS[6], UUIDS[5]])
+            assert env == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[6]},{UUIDS[5]}"}
             assert pods.marked == [("ours", [UUIDS[5], UUIDS[6]])]
             # then another scheduler's pod: no choice of ours, so the NUMA node of what it must have
             left = [u for u in free if u not in (UUIDS[5], UUIDS[6])]

@@ -128,9 +128,10 @@ class Plugin:
         return [*must, *rest][:size]
 
     def given_out(self, uuids: list[str]) -> None:
-        """After Allocate: which pod got these GPUs (if it is ours), recorded once all its GPUs are out."""
+        """After Allocate: which pod got these GPUs (if it is ours), recorded once all its GPUs are out.
+        Kubelet sends them as a set, in its own order (a real kubelet sent 3,2 for a preferred 2,3)."""
         planned = self._planned(len(uuids))
-        if planned is None or planned[1] != uuids:
+        if planned is None or sorted(planned[1]) != sorted(uuids):
             return
         pod = planned[0]
         uid = pod["metadata"].get("uid", "")
