@@ -68,16 +68,18 @@ def helm_bin() -> str:
 
 
 # ---------------------------------------------------------------------------------------- image
+def git_files(*args: str) -> list[str]:
+    """`git ls-files ARGS` in the checkout: the files an image is built from."""
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", *args], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
 def image_inputs_digest() -> str:
     """What the image is built from: the tracked sources, the project file and the build script."""
     h = hashlib.sha256()
-    files = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "src", "pyproject.toml", "README.md", "deploy/image"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for f in sorted(files):
+    for f in sorted(git_files("src", "pyproject.toml", "README.md", "deploy/image")):
         p = ROOT / f
         if p.is_file():
             h.update(f.encode() + b"\0" + p.read_bytes() + b"\0")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes_kube import ROOT, base_archive, image_archive, skip_or_fail
+from nodes_kube import ROOT, base_archive, git_files, image_archive, skip_or_fail
 
 pytestmark = pytest.mark.nodes
 
@@ -81,12 +81,7 @@ def test_build_script_image_runs_phalanx(container: list[str]) -> None:
 def test_dockerfile_builds_the_same_layout(tmp_path: Path, container: list[str]) -> None:
     base = base_archive()
     ctx = tmp_path / "ctx"
-    files = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "src"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    files = git_files("--cached", "--others", "--exclude-standard", "src")
     for f in [*files, "pyproject.toml", "README.md", "Dockerfile", ".dockerignore"]:
         if (ROOT / f).is_file():
             (ctx / f).parent.mkdir(parents=True, exist_ok=True)
