@@ -1,5 +1,7 @@
 """What a cluster adds to the GPU reservation pods: `phalanx scheduler --reservation-pod FILE`, and
-the chart's `reservations.*` values that write that file."""
+the chart's `reservations.*` values that write that file; and the other chart settings that running
+the node side under real kubelets asked for (tests/test_nodes_side.py): `devicePlugin.kubeletDir`,
+the cache agent's user."""
 
 from __future__ import annotations
 
@@ -146,3 +148,15 @@ def test_device_plugin_folder_follows_kubelet_dir() -> None:
         assert vols["device-plugins"]["hostPath"] == {"path": want, "type": "Directory"}
         mounts = ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
         assert {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"} in mounts
+
+
+def test_cache_agent_can_write_the_folder_kubelet_makes() -> None:
+    """The cache's hostPath is DirectoryOrCreate: kubelet makes it as root's, 0755. The image's
+    user could not write there (found on a real kubelet: the agent crash-looped on EACCES)."""
+    from helm_chart import find, render
+
+    ds = find(render({"cache": {"enabled": True}}), "DaemonSet", "phalanx-cache")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["volumes"][0]["hostPath"]["type"] == "DirectoryOrCreate"
+    ctx = spec["containers"][0]["securityContext"]
+    assert ctx == {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
