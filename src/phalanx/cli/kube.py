@@ -15,6 +15,7 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.k8s.api import Api
+from phalanx.k8s.authn import Guard, tls_context
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
 from phalanx.k8s.leader import LeaseNamespaceMissing
 from phalanx.k8s.scheduler import Scheduler
@@ -107,8 +108,27 @@ def scheduler(
             help="Also give shares HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT.",
         ),
     ] = False,
+    insecure_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-metrics",
+            help="Serve /metrics and the dashboard over plain HTTP to anyone (a trusted network only). "
+            "Default: HTTPS, and only to callers the API server authenticates and authorizes.",
+        ),
+    ] = False,
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(help="Serving certificate (PEM) of the HTTPS port (default: a self-made one)."),
+    ] = None,
+    tls_private_key_file: Annotated[
+        Path | None, typer.Option(help="Private key (PEM) of --tls-cert-file.")
+    ] = None,
+    bind_address: Annotated[str, typer.Option(help="Address the HTTP(S) port listens on.")] = "0.0.0.0",
 ) -> None:
-    """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain."""
+    """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain.
+
+    /healthz and /readyz are open; /metrics and /dashboard/ need a bearer token the API server
+    authenticates (TokenReview) and authorizes for that URL (SubjectAccessReview), over HTTPS."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     with user_errors():
@@ -122,6 +142,13 @@ def scheduler(
             raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
         if gpu_shares not in ("off", "reservation"):
             raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
+        if (tls_cert_file is None) != (tls_private_key_file is None):
+            raise SpecError("--tls-cert-file", "give --tls-cert-file and --tls-private-key-file together")
+        if insecure_metrics and tls_cert_file is not None:
+            raise SpecError("--insecure-metrics", "serves plain HTTP: drop --tls-cert-file, or this flag")
+        for f in (tls_cert_file, tls_private_key_file):
+            if f is not None and not f.is_file():
+                raise SpecError("--tls-cert-file", f"cannot read file {f}")
         extras = ReservationPodExtras()
         if reservation_pod is not None:
             where = f"--reservation-pod {reservation_pod}"
@@ -145,10 +172,31 @@ def scheduler(
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
-    server = serve(port, s.metrics, s.ready, s.board)
-    logging.getLogger("phalanx.k8s").info(
-        "serving /metrics, /healthz, /readyz and the dashboard (/dashboard/) on port %d", server.server_port
-    )
+    log = logging.getLogger("phalanx.k8s")
+    if insecure_metrics:
+        server = serve(port, s.metrics, s.ready, s.board, address=bind_address)
+        log.warning(
+            "--insecure-metrics: /metrics and the dashboard are served over plain HTTP to anyone "
+            "who reaches %s:%d",
+            bind_address,
+            server.server_port,
+        )
+    else:
+        with user_errors():
+            try:
+                tls = tls_context(
+                    tls_cert_file, tls_private_key_file, (socket.gethostname(), "localhost", "127.0.0.1")
+                )
+            except (OSError, ValueError) as e:
+                raise SpecError("--tls-cert-file", f"cannot load the certificate: {e}") from None
+        server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
+        log.info(
+            "serving https://%s:%d: /healthz and /readyz open; /metrics and /dashboard/ to callers "
+            "the API server authenticates and authorizes (%s certificate)",
+            bind_address,
+            server.server_port,
+            "given" if tls_cert_file else "self-made",
+        )
     signal.signal(signal.SIGTERM, lambda *_: s.stop())
     s.start()
     try:
@@ -263,6 +311,13 @@ def dashboard(
         str, typer.Option(help="Profile the scheduler runs (for reasons and forecasts).")
     ] = "phalanx-queues",
     port: Annotated[int, typer.Option(help="Port to serve the dashboard on (0: any free port).")] = 8090,
+    address: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on. The dashboard shows the cluster as your kubeconfig sees it, "
+            "to anyone who reaches it: 0.0.0.0 shares it with your network."
+        ),
+    ] = "127.0.0.1",
     interval: Annotated[float, typer.Option(help="Seconds between reads of the cluster.")] = 5.0,
     kueue: Annotated[str, typer.Option(help="Kueue mode the scheduler runs with.")] = "auto",
 ) -> None:
@@ -285,8 +340,14 @@ def dashboard(
     board = Board(mode="read-only")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server = serve(port, None, lambda: True, board)
-    typer.echo(f"dashboard: http://localhost:{server.server_port}/dashboard/ (read-only; Ctrl-C to stop)")
+    server = serve(port, None, lambda: True, board, address=address)
+    shown = "localhost" if address in ("127.0.0.1", "localhost") else address
+    typer.echo(
+        f"dashboard: listening on {address}:{server.server_port}, "
+        f"http://{shown}:{server.server_port}/dashboard/ (read-only; Ctrl-C to stop)"
+    )
+    if address not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(f"dashboard: anyone who reaches {address} sees the cluster as your kubeconfig does")
     try:
         follow(api, cfg, board, interval, stop)
     except KeyboardInterrupt:

@@ -4,7 +4,8 @@
 within the last minute) and answers the dashboard's questions: the whole cluster in compact
 form (every node with the used share of each GPU, pools, queues, waiting workloads with their
 reason and forecast, recent decisions), and the details of one node, queue or workload.
-Read-only: nothing here writes to the cluster.
+Read-only: nothing here writes to the cluster. Given `visible` (which namespaces the caller may
+list pods in, `phalanx.k8s.authn`), both answer only with those namespaces' workloads and pods.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,54 @@ from phalanx.k8s.world import World
 
 log = logging.getLogger("phalanx.k8s")
 WANTED_FOR_S = 60.0
+Visible = Callable[[str], bool]  # namespace -> may the caller see it
+
+
+def _ns(name: str) -> str | None:
+    """The namespace of `ns/name` (workloads, pods), None for a cluster-scoped name."""
+    return name.split("/", 1)[0] if "/" in name else None
+
+
+def _shown(name: str, visible: Visible) -> bool:
+    ns = _ns(name)
+    return ns is None or visible(ns)
+
+
+def _filter_state(state: dict[str, Any], visible: Visible) -> dict[str, Any]:
+    out = dict(state)
+    out["pending"] = [r for r in state.get("pending", []) if _shown(r["workload"], visible)]
+    out["recent"] = [r for r in state.get("recent", []) if _shown(r["what"], visible)]
+    spaces = state.get(PROBLEM_NAMESPACES, [])
+    out["problems"] = [
+        p for p, ns in zip(state.get("problems", []), spaces, strict=False) if ns is None or visible(ns)
+    ]
+    if "summary" in state:
+        out["summary"] = {**state["summary"], "waiting": len(out["pending"])}
+    return out
+
+
+def _filter_detail(kind: str, d: dict[str, Any], visible: Visible) -> dict[str, Any] | None:
+    if kind == "workload":
+        return d if _shown(d["name"], visible) else None
+    if kind == "queue":
+        return {**d, "workloads": [w for w in d.get("workloads", []) if _shown(w, visible)]}
+    if kind == "node":
+        hidden = {"other": "a pod you may not see"}
+        gpus = [
+            {
+                **g,
+                "holders": [
+                    h if _shown(str(h.get("pod", h.get("workload", ""))), visible) else hidden
+                    for h in g.get("holders", [])
+                ],
+            }
+            for g in d.get("gpus", [])
+        ]
+        return {**d, "gpus": gpus, "pods": [p for p in d.get("pods", []) if _shown(p, visible)]}
+    return d
+
+
+PROBLEM_NAMESPACES = "_problem_namespaces"  # kept beside "problems", never sent
 
 
 @dataclass
@@ -48,16 +98,22 @@ class Board:
         with self.lock:
             self.recent.appendleft({"t": now, "kind": kind, "what": what, "where": where, "why": why})
 
-    def state_json(self) -> bytes:
+    def state_json(self, visible: Visible | None = None) -> bytes:
+        """The whole state; with `visible`, only the workloads of the namespaces it allows."""
         self.asked = time.time()
         with self.lock:
             body = self._state or {"mode": self.mode, "generated": 0, "warming_up": True}
-            return json.dumps(body, separators=(",", ":")).encode()
+        if visible is not None:
+            body = _filter_state(body, visible)
+        body = {k: v for k, v in body.items() if k != PROBLEM_NAMESPACES}
+        return json.dumps(body, separators=(",", ":")).encode()
 
-    def detail_json(self, kind: str, name: str) -> bytes | None:
+    def detail_json(self, kind: str, name: str, visible: Visible | None = None) -> bytes | None:
         self.asked = time.time()
         with self.lock:
             d = self._details.get(f"{kind}/{name}")
+        if d is not None and visible is not None:
+            d = _filter_detail(kind, d, visible)
         return None if d is None else json.dumps(d, separators=(",", ":")).encode()
 
     def update_later(
@@ -221,5 +277,7 @@ def build(
         "queues": queues,
         "pending": pending,
         "problems": [world.problems[k] for k in sorted(world.problems)],
+        # `Pod team-a/x` -> team-a: who may see each problem (`_filter_state`)
+        PROBLEM_NAMESPACES: [_ns(k.split(" ", 1)[-1]) for k in sorted(world.problems)],
     }
     return state, details

@@ -1,7 +1,15 @@
-"""Prometheus metrics, the /healthz, /readyz and /metrics endpoints, and the dashboard under /dashboard/."""
+"""Prometheus metrics, the /healthz, /readyz and /metrics endpoints, and the dashboard under /dashboard/.
+
+/healthz and /readyz are open (probes). With a `guard` (`phalanx.k8s.authn`), /metrics and
+/dashboard/... answer only a caller whose bearer token the API server authenticates (401
+otherwise) and authorizes for that URL (403 otherwise), and the dashboard shows it only the
+namespaces it may list pods in. With `tls`, everything is served over HTTPS.
+"""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +25,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from phalanx.k8s.board import Board
+from phalanx.k8s.authn import Guard
+from phalanx.k8s.board import Board, Visible
 from phalanx.web import asset
 
 
@@ -50,22 +59,74 @@ class Metrics:
 STATIC = {"style.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 
 
+class _Server(ThreadingHTTPServer):
+    """TLS handshakes happen on each connection's own thread: a slow client never holds up accept."""
+
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, addr = self.socket.accept()
+        if self.tls is not None:
+            conn = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        return conn, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a failed handshake or a dropped connection: the client's problem, not a traceback
+
+
 def serve(
-    port: int, metrics: Metrics | None, ready: Callable[[], bool], board: Board | None = None
+    port: int,
+    metrics: Metrics | None,
+    ready: Callable[[], bool],
+    board: Board | None = None,
+    guard: Guard | None = None,
+    tls: ssl.SSLContext | None = None,
+    address: str = "0.0.0.0",
 ) -> ThreadingHTTPServer:
     """Serve the endpoints on a daemon thread; returns the server (port 0 picks a free one).
 
     With a `board`, also the read-only dashboard under /dashboard/ (`phalanx.k8s.board`).
+    Without a `guard`, /metrics and the dashboard are open to anyone who reaches `address`.
     """
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # seconds a connection may be idle (or stall its TLS handshake)
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ssl.SSLError, OSError):  # a client that does not speak TLS, or hangs up
+                self.close_connection = True
+
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
+            protected = (board is not None and (path == "/dashboard" or path.startswith("/dashboard/"))) or (
+                path == "/metrics" and metrics is not None
+            )
+            visible: Visible | None = None
+            if protected and guard is not None:
+                user = guard.authenticate(self.headers.get("Authorization"))
+                if user is None:
+                    self._reply(
+                        401,
+                        b"unauthorized: a bearer token the API server accepts is needed\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="phalanx"'},
+                    )
+                    return
+                if not guard.allowed(user, path=path):
+                    self._reply(403, f"forbidden: {user.name} may not get {path}\n".encode())
+                    return
+                visible = guard.namespaces(user)
             if board is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
-                self._dashboard(board, path)
+                self._dashboard(board, path, visible)
             elif path == "/metrics" and metrics is not None:
                 self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
@@ -76,7 +137,7 @@ def serve(
             else:
                 self._reply(404, b"not found\n")
 
-        def _dashboard(self, board: Board, path: str) -> None:
+        def _dashboard(self, board: Board, path: str, visible: Visible | None) -> None:
             rest = path[len("/dashboard") :].lstrip("/")
             if path == "/dashboard":
                 self.send_response(301)
@@ -88,10 +149,10 @@ def serve(
                 name = rest[len("static/") :]
                 self._reply(200, asset(name), STATIC[name])
             elif rest == "state.json":
-                self._reply(200, board.state_json(), "application/json")
+                self._reply(200, board.state_json(visible), "application/json")
             elif rest.startswith("api/") and rest.count("/") == 2:
                 _, kind, name = rest.split("/")
-                body = board.detail_json(kind, unquote(name))
+                body = board.detail_json(kind, unquote(name), visible)
                 if body is None:
                     self._reply(404, f"no {kind} {unquote(name)!r}\n".encode())
                 else:
@@ -99,14 +160,19 @@ def serve(
             else:
                 self._reply(404, b"not found\n")
 
-        def _reply(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+        def _reply(
+            self, code: int, body: bytes, ctype: str = "text/plain", extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = _Server((address, port), Handler)
+    server.tls = tls
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="phalanx-http").start()
     return server
