@@ -350,14 +350,33 @@ def test_scheduler_probes_metrics_and_service():
     docs = render()
     dep = find(docs, "Deployment", "phalanx-scheduler")
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["ports"] == [{"name": "http", "containerPort": 8080}]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["ports"] == [{"name": "https", "containerPort": 8080}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert not any(a.startswith(("--insecure-metrics", "--tls-")) for a in c["args"])  # self-made cert
     notes = dep["spec"]["template"]["metadata"]["annotations"]
     assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/port"] == "8080"
+    assert notes["prometheus.io/scheme"] == "https"
     svc = find(docs, "Service", "phalanx-scheduler-metrics")
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http"}]
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 8080, "targetPort": "https"}]
+    # the viewers: get on the two non-resource URLs, bound to the phalanx-viewer group
+    viewer = find(docs, "ClusterRole", "phalanx-metrics-viewer")
+    assert viewer["rules"] == [
+        {"nonResourceURLs": ["/metrics", "/dashboard", "/dashboard/*"], "verbs": ["get"]}
+    ]
+    binding = find(docs, "ClusterRoleBinding", "phalanx-metrics-viewer")
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "phalanx-viewer"}
+    ]
+    # plain HTTP only when asked; a provided certificate from a Secret
+    plain = find(render({"scheduler": {"insecureMetrics": True}}), "Deployment", "phalanx-scheduler")
+    pc = plain["spec"]["template"]["spec"]["containers"][0]
+    assert "--insecure-metrics" in pc["args"] and pc["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    given = find(render({"scheduler": {"tlsSecret": "sched-tls"}}), "Deployment", "phalanx-scheduler")
+    gs = given["spec"]["template"]["spec"]
+    assert "--tls-cert-file=/etc/phalanx/tls/tls.crt" in gs["containers"][0]["args"]
+    assert {"name": "tls", "secret": {"secretName": "sched-tls"}} in gs["volumes"]
     hook_svc = find(docs, "Service", "phalanx-webhook")
     assert (
         hook_svc["spec"]["selector"]
@@ -372,6 +391,7 @@ def test_names_the_code_fixes_are_the_charts():
 
     from phalanx.k8s.config import AdapterConfig
     from phalanx.k8s.leader import LeaderElector
+    from phalanx.k8s.service import CONFIGMAP
     from phalanx.k8s.shares import reservation_pod
     from phalanx.k8s.webhook import SECRET, WEBHOOK_CONFIG
 
@@ -380,7 +400,7 @@ def test_names_the_code_fixes_are_the_charts():
         docs = render({"scheduler": {"gpuShares": "reservation"}}, release=release)
         full = "phalanx" if release == "phalanx" else "team-b-phalanx"
         role = find(docs, "Role", f"{full}-leader-election")
-        assert [r["resourceNames"] for r in role["rules"] if "resourceNames" in r] == [[lease]]
+        assert [r["resourceNames"] for r in role["rules"] if "resourceNames" in r] == [[lease], [CONFIGMAP]]
         secret = find(docs, "Role", f"{full}-webhook")
         assert [r["resourceNames"] for r in secret["rules"] if "resourceNames" in r] == [[SECRET]]
         find(docs, "MutatingWebhookConfiguration", WEBHOOK_CONFIG)
@@ -486,6 +506,8 @@ def test_bindings_name_accounts_and_roles_the_chart_makes():
         if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
             assert (d["roleRef"]["kind"], d["roleRef"]["name"]) in roles, d["metadata"]["name"]
             for s in d["subjects"]:
+                if s["kind"] == "Group":  # the viewers (scheduler.viewerGroup): people, not our accounts
+                    continue
                 assert (s["namespace"], s["name"]) in accounts, d["metadata"]["name"]
     for spec in pod_specs(docs).values():
         assert ("ml-sched", spec["serviceAccountName"]) in accounts

@@ -160,6 +160,8 @@ def test_rbac_grants_what_the_adapter_calls_and_no_more():
         ("", "events", "create"),
         ("scheduling.phalanx.io", "podgroups/status", "patch"),
         ("scheduling.phalanx.io", "queues/status", "patch"),
+        ("authentication.k8s.io", "tokenreviews", "create"),  # who reads /metrics and /dashboard/
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }
     shares = {("", "configmaps", "create"), ("", "configmaps", "patch")}
     plain = _grants(find(render(), "ClusterRole", "phalanx-scheduler"))

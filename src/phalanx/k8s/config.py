@@ -65,6 +65,11 @@ class AdapterConfig:
     dataset_mount: str = "/phalanx/datasets"
     # seconds a staging request stays on a Node after the scheduler last wanted it (0: no requests)
     stage_ahead_s: float = 600.0
+    # attained service and fair-share history kept on the API (phalanx.k8s.service): the leader
+    # writes them at most this often, and reads them back when it starts to lead
+    service_save_s: float = 60.0
+    # half-life of each queue's time-decayed usage history (the fair-share history; 0: not kept)
+    history_half_life_s: float = 86400.0
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -46,7 +46,7 @@ from phalanx.k8s.kueue import Kueue
 from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
-from phalanx.k8s.service import AttainedService
+from phalanx.k8s.service import AttainedService, ServiceStore
 from phalanx.k8s.shares import Shares
 from phalanx.k8s.staging import StageRequests
 from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
@@ -78,7 +78,10 @@ class Scheduler:
         self.cfg = cfg
         self.profile = profile
         self.clock = clock
-        self.service = AttainedService()
+        self.service = AttainedService(cfg.history_half_life_s)
+        self.service_store = ServiceStore(api, cfg.lease_namespace)
+        self.service_loaded = False  # read back from the API since we last started to lead
+        self.service_saved = 0.0
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
@@ -137,6 +140,8 @@ class Scheduler:
         while not self.stop_event.is_set():
             leading = self.elector.leading if self.cfg.leader_elect else True
             self.metrics.leader.set(1 if leading else 0)
+            if not leading:
+                self.service_loaded = False  # another leader went on: read its record when we lead
             if leading and self.ready():
                 try:
                     self.step()
@@ -163,7 +168,9 @@ class Scheduler:
         world = build_world(
             self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra, kq, jobs
         )
-        self.service.apply(world.snapshot)
+        self._load_service(now)
+        self.service.apply(world.snapshot, now)
+        self._save_service(now)
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
@@ -261,6 +268,34 @@ class Scheduler:
             b.remember(now, "undone", workload, "", why)
         if b.wanted():
             b.update_later(world, result, insight, now)  # a view: built aside, never holds up a cycle
+
+    def _load_service(self, now: float) -> None:
+        """Attained service and fair-share history as the last leader left them (once per leadership)."""
+        if self.service_loaded:
+            return
+        try:
+            saved = self.service_store.read()
+        except Exception as e:  # the API is away: try again next cycle, schedule meanwhile
+            log.warning("cannot read the attained service (ConfigMap %s): %s", self.service_store.name, e)
+            return
+        self.service_loaded = True
+        self.service_saved = now  # no write before a full interval: the record is as good as ours
+        if saved is not None:
+            self.service.load(saved)
+            log.info(
+                "attained service of %d workload(s) and usage history of %d queue(s) read back",
+                len(self.service.served) + len(self.service._running),
+                len(self.service.history),
+            )
+
+    def _save_service(self, now: float) -> None:
+        if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
+            return
+        self.service_saved = now
+        try:
+            self.service_store.write(self.service.to_dict())
+        except Exception as e:  # not fatal: the next interval tries again
+            log.warning("cannot write the attained service (ConfigMap %s): %s", self.service_store.name, e)
 
     def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]]]:
         """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""
