@@ -65,7 +65,7 @@ def _service_account_kubeconfig(kube: Kube, without_groups: tuple[str, ...] = ()
     rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     for doc in (d for d in component(render(), "scheduler") if d["kind"] in rbac):
         if doc.get("kind") == "ClusterRole":
-            doc["rules"] = [r for r in doc["rules"] if not set(r["apiGroups"]) & set(without_groups)]
+            doc["rules"] = [r for r in doc["rules"] if not set(r.get("apiGroups", [])) & set(without_groups)]
         kube.apply(doc)
     body = {
         "apiVersion": "authentication.k8s.io/v1",
