@@ -337,8 +337,8 @@ def test_scheduler_flags_follow_the_values():
     profile = find(docs, "ConfigMap", "phalanx-scheduler-profile")
     assert profile["data"] == {"profile.yaml": "name: mine\n"}
     spec = find(docs, "Deployment", "phalanx-scheduler")["spec"]["template"]["spec"]
-    assert spec["volumes"] == [{"name": "profile", "configMap": {"name": "phalanx-scheduler-profile"}}]
-    assert c["volumeMounts"] == [{"name": "profile", "mountPath": "/etc/phalanx/profile", "readOnly": True}]
+    assert {"name": "profile", "configMap": {"name": "phalanx-scheduler-profile"}} in spec["volumes"]
+    assert {"name": "profile", "mountPath": "/etc/phalanx/profile", "readOnly": True} in c["volumeMounts"]
     # the webhook serves the same scheduler's pods
     hook = parse_cli(container(docs, "Deployment", "phalanx-webhook")["args"])
     assert hook["scheduler_name"] == "gpu-sched"

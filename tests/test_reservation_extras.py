@@ -160,3 +160,18 @@ def test_cache_agent_can_write_the_folder_kubelet_makes() -> None:
     assert spec["volumes"][0]["hostPath"]["type"] == "DirectoryOrCreate"
     ctx = spec["containers"][0]["securityContext"]
     assert ctx == {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def test_scheduler_has_a_writable_tmp_under_its_read_only_root() -> None:
+    """The scheduler writes its self-made serving certificate to a temporary folder; its root
+    filesystem is read-only (found on a real kubelet: it crash-looped, 'No usable temporary
+    directory found')."""
+    from helm_chart import find, render
+
+    for values in ({}, {"scheduler": {"gpuShares": "reservation", "customProfile": "name: x\n"}}):
+        dep = find(render(values), "Deployment", "phalanx-scheduler")
+        spec = dep["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+        assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in spec["volumes"]
