@@ -174,3 +174,30 @@ def test_choice_that_is_not_free_falls_back_to_kubelets(folder: Path) -> None:
     plugin = Plugin(gpus, FakePods([_bound("ours", "2026-11-29T10:00:00Z", 2, "2,3")]), socket_dir=folder)
     assert plugin.prefer([UUIDS[0], UUIDS[1], UUIDS[2]], [], 2) == [UUIDS[0], UUIDS[1]]
     assert plugin.prefer(UUIDS, [], 2) == [UUIDS[2], UUIDS[3]]
+
+
+def test_registers_again_when_kubelet_restarts(folder: Path) -> None:
+    """A starting kubelet makes kubelet.sock anew and removes the plugins' sockets. The plugin
+    registers again on either sign: a new socket (even one that got the old inode number, as
+    happened under a real kubelet), or its own socket gone."""
+    first = FakeKubelet(folder)
+    plugin = Plugin([GpuDevice(0, UUIDS[0])], FakePods([]), socket_dir=folder)
+    t = threading.Thread(target=plugin.run, daemon=True)
+    t.start()
+    try:
+        assert first.got.wait(10)
+        # kubelet restarts: its socket made anew, ours removed
+        first.server.stop(0).wait()
+        (folder / KUBELET_SOCKET).unlink(missing_ok=True)
+        (folder / plugin.endpoint).unlink()
+        second = FakeKubelet(folder)
+        assert second.got.wait(15), "no registration with the restarted kubelet"
+        # only our socket removed (kubelet.sock looks the same): registered again all the same
+        second.got.clear()
+        (folder / plugin.endpoint).unlink()
+        assert second.got.wait(15), "no registration after our socket was removed"
+        assert [r.resource_name for r in second.registered] == ["nvidia.com/gpu", "nvidia.com/gpu"]
+        second.server.stop(0)
+    finally:
+        plugin.stop.set()
+        t.join(timeout=10)

@@ -236,8 +236,18 @@ class Plugin:
             call(req, timeout=timeout)
         log.info("registered %s with kubelet: %d GPU(s)", self.resource, len(self.gpus))
 
+    def _kubelet_socket(self) -> tuple[int, int] | None:
+        """Which kubelet.sock is there: (inode, change time); None when there is none."""
+        try:
+            st = (self.socket_dir / KUBELET_SOCKET).stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_ctime_ns
+
     def run(self) -> None:
-        """Serve; when kubelet restarts (its socket is made anew), serve and register again."""
+        """Serve; when kubelet restarts, serve and register again. A starting kubelet makes its
+        socket anew and removes the plugins' sockets; either says so (an inode alone does not: a
+        new kubelet.sock may get the old one's inode number, as it did under a real kubelet)."""
         while not self.stop.is_set():
             server = self.start()
             try:
@@ -247,11 +257,10 @@ class Plugin:
                 server.stop(grace=0)
                 self.stop.wait(5.0)
                 continue
-            kubelet = self.socket_dir / KUBELET_SOCKET
-            seen = kubelet.stat().st_ino if kubelet.exists() else 0
+            seen = self._kubelet_socket()
+            ours = self.socket_dir / self.endpoint
             while not self.stop.wait(2.0):
-                now = kubelet.stat().st_ino if kubelet.exists() else 0
-                if now != seen:
+                if self._kubelet_socket() != seen or not ours.exists():
                     log.info("kubelet restarted: registering again")
                     break
             server.stop(grace=1.0)
