@@ -238,7 +238,15 @@ class KitCluster:
         except AssertionError as e:
             pods = self.kubectl("get", "pods", "-A", "-o", "wide", check=False)
             events = self.kubectl("get", "events", "-n", self.namespace, check=False)
-            raise AssertionError(f"{e}\n{pods}\n{events[-3000:]}") from None
+            crashed = ""
+            for line in pods.splitlines():
+                f = line.split()
+                if len(f) > 4 and f[0] == self.namespace and f[4] != "0":  # restarted: why
+                    log = self.kubectl(
+                        "logs", "-n", self.namespace, f[1], "--previous", "--tail=30", check=False
+                    )
+                    crashed += f"\n--- {f[1]} (previous run) ---\n{log}"
+            raise AssertionError(f"{e}\n{pods}\n{events[-3000:]}{crashed}") from None
         return time.monotonic() - t0
 
     def pods(self, ns: str, selector: str = "") -> list[dict[str, Any]]:
