@@ -216,6 +216,25 @@ def test_world_places_under_the_cluster_queue_on_its_flavors_nodes() -> None:
     assert [[(r.key, r.values) for r in t] for t in req.node_affinity] == [[("pool", ("h100",))]]
 
 
+def test_a_pod_whose_job_the_watch_has_not_delivered_waits_for_it() -> None:
+    """Seen in the full e2e suite: a Job's first pod arrived before the Job and was placed alone,
+    outside its gang and its LocalQueue's flavors. Within the creation grace it now waits."""
+    k = _setup("migrate")
+    nodes = [node("h", gpus=8, labels={"pool": "h100"}), node("a", gpus=8, labels={"pool": "a100"})]
+    pods = [pod("more-0", gpus=2, owner=("Job", "more"))]
+    cfg = AdapterConfig(kueue="migrate")
+    created = pods[0].get("metadata", {}).get("creationTimestamp")
+    from phalanx.k8s.pods import timestamp
+
+    now = timestamp(created) + 1.0 if created else cfg.gang_creation_grace_s / 2
+    w = build_world(nodes, pods, [], [], cfg, now, kueue=k, jobs={})
+    assert not w.snapshot.workloads
+    assert "not seen yet" in " ".join(next(iter(w.blocked.values())))
+    # Jobs not watched at all (None): nothing to wait for, as before
+    w = build_world(nodes, pods, [], [], cfg, now, kueue=k, jobs=None)
+    assert len(w.snapshot.workloads) == 1
+
+
 def test_real_kueue_doc_yaml_reads() -> None:
     """The single-ClusterQueue setup as Kueue's quick start writes it (v1beta2, no GPUs)."""
     docs = list(

@@ -297,13 +297,15 @@ class Scheduler:
         except Exception as e:  # not fatal: the next interval tries again
             log.warning("cannot write the attained service (ConfigMap %s): %s", self.service_store.name, e)
 
-    def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]]]:
+    def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]] | None]:
         """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""
         k, _ = load_kueue(self.store.items, self.cfg.kueue)
         if k is not None and k.mode == "migrate" and k.unhonoured != self.kueue_unhonoured:
             for line in k.unhonoured:
                 log.warning("Kueue migration: %s", line)
             self.kueue_unhonoured = k.unhonoured
+        if not self.store.is_synced((JOBS.key,)):  # not served, not readable or not listed yet
+            return k, None
         return k, {object_key(j): j for j in self.store.items(JOBS.key)}
 
     def _reservations(self, world: World, out: Outcome) -> None:

@@ -214,7 +214,7 @@ def build_world(
     known = {n.name for n in parsed}
     for g in group_pods(ours, pod_groups, w.ended):
         w.groups[g.name] = g
-        _job_parallelism(g, jobs or {})
+        _job_parallelism(g, jobs, now - cfg.gang_creation_grace_s)
         if kueue is not None:
             _kueue(g, kueue, jobs or {})
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
@@ -276,9 +276,11 @@ def build_world(
     return w
 
 
-def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]]) -> None:
+def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_since: float) -> None:
     """A Job's pods are one gang of its parallelism (what is left of its completions), not of the pods
-    that happen to exist yet: the Job controller may still be making them."""
+    that happen to exist yet: the Job controller may still be making them. A pod whose Job the watch
+    has not delivered yet waits for it (within the creation grace, after `grace_since`), or it would
+    be placed alone, outside the Job's gang and its LocalQueue. `jobs` None: Jobs are not watched."""
     first = g.pods[0]
     if (
         g.pod_group is not None
@@ -289,8 +291,10 @@ def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]]) -> None:
         return
     if keys.MIN_AVAILABLE in first.annotations or keys.KUEUE_GROUP_TOTAL in first.annotations:
         return
-    job = jobs.get(f"{g.namespace}/{first.owner[1]}")
+    job = (jobs or {}).get(f"{g.namespace}/{first.owner[1]}")
     if job is None:
+        if jobs is not None and max(p.created for p in g.pods) > grace_since:
+            g.waiting = f"Job {g.namespace}/{first.owner[1]}: not seen yet, so neither is its parallelism"
         return
     spec, status = job.get("spec") or {}, job.get("status") or {}
     try:
