@@ -40,7 +40,6 @@ from nodes_kube import CHART, KitCluster, Watch, helm_bin, kit_cluster, kit_valu
 from phalanx.k8s.api import ApiError, Conflict
 
 NS = "bench"
-KUBE: list[Any] = []  # the cluster's admin connection, once it is up
 GPUS = 4
 
 
@@ -70,9 +69,9 @@ def pod(name: str, gang: str, scheduler: str, gpus: int, secs: float) -> dict[st
     }
 
 
-def create(obj: dict[str, Any]) -> None:
+def create(k: KitCluster, obj: dict[str, Any]) -> None:
     with suppress(Conflict):
-        KUBE[0].create(obj)
+        k.kube.create(obj)
 
 
 def create_gangs(
@@ -82,16 +81,17 @@ def create_gangs(
     if scheduler == "phalanx":
         for g in range(n):
             create(
+                k,
                 {
                     "apiVersion": "scheduling.phalanx.io/v1alpha1",
                     "kind": "PodGroup",
                     "metadata": {"name": f"{prefix}{g}", "namespace": NS},
                     "spec": {"minMember": size},
-                }
+                },
             )
     for r in range(size):
         for g in range(n):
-            create(pod(f"{prefix}{g}-{r}", f"{prefix}{g}", scheduler, gpus, secs))
+            create(k, pod(f"{prefix}{g}-{r}", f"{prefix}{g}", scheduler, gpus, secs))
 
 
 def clear(k: KitCluster) -> None:
@@ -191,7 +191,6 @@ def main() -> None:
     a = ap.parse_args()
     try:
         with kit_cluster(nodes=2) as k:
-            KUBE.append(k.kube)
             k.gpus(GPUS)
             k.namespace_ready(NS)
             first = first_gang(k)
