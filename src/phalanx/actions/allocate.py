@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from phalanx.actions import holds
+from phalanx.actions import holds, subgroups
 from phalanx.actions.gang import gang_key, gang_tasks, place_gang
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -162,7 +162,9 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
             left += 1
             continue
         stmt = session.statement()
-        if session.place(t, stmt, restrict) is not None:
+        mask = subgroups.same_domain(session, entry, t) if entry.workload.subgroups else None
+        mask = mask if restrict is None else restrict if mask is None else restrict & mask
+        if session.place(t, stmt, mask) is not None:
             stmt.commit()
         else:
             stmt.discard()

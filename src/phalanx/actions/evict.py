@@ -138,7 +138,7 @@ def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Vict
         w = entry.workload
         bound = sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name))
         extra = len(bound) - w.gang_size
-        if extra > 0:
+        if extra > 0 and not (w.preempt_whole or w.subgroups):  # those go whole or not at all
             allocs = tuple(bound[:extra])
             out.append(Victim(entry, allocs, lost_work(session, entry, allocs), True, started))
         allocs = tuple(bound)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from phalanx.actions import subgroups
 from phalanx.core.decisions import Reason
 from phalanx.core.extension import Domain
 from phalanx.core.feasibility import node_capacity
@@ -30,6 +31,8 @@ def gang_tasks(entry: WorkloadEntry) -> tuple[list[Task], list[Task]]:
     else:
         order = sorted(entry.tasks, key=lambda t: (-t.request.gpu.total_milli, -t.request.cpu_milli, t.name))
         entry.cache["order"] = order
+    if entry.workload.subgroups:
+        return subgroups.split(entry, order)
     unbound = [t for t in order if t.name not in entry.bound] if entry.bound else list(order)
     need = max(0, entry.workload.gang_size - len(entry.bound))
     return unbound[:need], unbound[need:]
@@ -53,7 +56,7 @@ def gang_key(
         for t in tasks:
             k = session.effective(t.request).shape_key
             shapes[k] = shapes.get(k, 0) + 1
-        key = (tuple(sorted(shapes.items(), key=repr)), topo)
+        key = (tuple(sorted(shapes.items(), key=repr)), topo, entry.workload.subgroups)
         entry.cache[memo] = key
     return key  # type: ignore[return-value]
 
@@ -114,7 +117,9 @@ def _place_gang(
         start = stmt.checkpoint()
         placed = 0
         failed: Task | None = None
-        for t in tasks:
+        if entry.workload.subgroups:
+            failed, placed = subgroups.place(session, entry, tasks, stmt, dom.mask)
+        for t in tasks if not entry.workload.subgroups else ():
             if session.place(t, stmt, dom.mask) is None:
                 failed = t
                 break
@@ -125,7 +130,14 @@ def _place_gang(
             return GangOutcome(True)
         if last is None or dom.mask is None:
             reasons = tuple(session.why_not(failed, dom.mask)) if explain else ()
-            if dom.mask is not None and dom.required:
+            sg = entry.workload.subgroup_of(failed.podset) if entry.workload.subgroups else None
+            if sg is not None:
+                where = f"one {sg.topology.level}" if sg.topology is not None else "the workload's domain"
+                summary = (
+                    f"multi-level gang: subgroup {sg.name} (min {sg.min_available}) does not fit in "
+                    f"{where}; nothing placed ({placed} of {len(tasks)} tasks fitted before it)"
+                )
+            elif dom.mask is not None and dom.required:
                 summary = (
                     f"required topology: no {dom.level} can host all {len(tasks)} tasks; "
                     f"best try {dom.label}: {placed} of {len(tasks)} placed"

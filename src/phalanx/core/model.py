@@ -330,6 +330,18 @@ class TopologyConstraint:
 
 
 @dataclass(frozen=True, slots=True)
+class SubGroup:
+    """One gang inside a multi-level workload (prefill or decode of a disaggregated server, one
+    replica of a LeaderWorkerSet): its pod sets, its own minimum and its own topology constraint.
+    The workload runs only when every subgroup has its minimum (all-or-nothing at the top)."""
+
+    name: str
+    podsets: tuple[str, ...]
+    min_available: int
+    topology: TopologyConstraint | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A gang: the unit of admission, preemption and fairness."""
 
@@ -347,6 +359,10 @@ class Workload:
     estimated_runtime: float | None = None
     # admitted by another system that owns its quota (Kueue): quota admission does not apply
     quota_exempt: bool = False
+    # multi-level gang: each subgroup needs its own minimum, the workload needs all of them
+    subgroups: tuple[SubGroup, ...] = ()
+    # preempted only whole, never shrunk to its minimum (Kubernetes' disruptionMode: PodGroup)
+    preempt_whole: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -370,6 +386,32 @@ class Workload:
             raise SpecError("checkpoint_interval", f"must be >= 0 seconds, got {self.checkpoint_interval}")
         if self.estimated_runtime is not None and not self.estimated_runtime > 0:
             raise SpecError("estimated_runtime", f"must be > 0 seconds, got {self.estimated_runtime}")
+        if self.subgroups:
+            self._check_subgroups()
+
+    def _check_subgroups(self) -> None:
+        counts = {p.name: p.count for p in self.podsets}
+        seen: dict[str, str] = {}
+        for k, sg in enumerate(self.subgroups):
+            where = f"subgroups[{k}]"
+            if not sg.name or not sg.podsets:
+                raise SpecError(where, "a subgroup needs a name and at least one pod set")
+            for ps in sg.podsets:
+                if ps not in counts:
+                    raise SpecError(f"{where}.podsets", f"no pod set {ps!r} (have {sorted(counts)})")
+                if ps in seen:
+                    raise SpecError(f"{where}.podsets", f"pod set {ps!r} is already in subgroup {seen[ps]!r}")
+                seen[ps] = sg.name
+            size = sum(counts[ps] for ps in sg.podsets)
+            if not 1 <= sg.min_available <= size:
+                raise SpecError(
+                    f"{where}.min_available",
+                    f"must be 1..{size} (the subgroup's tasks), got {sg.min_available}",
+                )
+        if len({sg.name for sg in self.subgroups}) != len(self.subgroups):
+            raise SpecError("subgroups", "duplicate subgroup names")
+        if set(seen) != set(counts):
+            raise SpecError("subgroups", f"pod sets in no subgroup: {sorted(set(counts) - set(seen))}")
 
     @property
     def total_tasks(self) -> int:
@@ -377,8 +419,17 @@ class Workload:
 
     @property
     def gang_size(self) -> int:
-        """Tasks that must be placed together: `min_available`, or all tasks when unset."""
+        """Tasks that must be placed together: `min_available`, or all tasks when unset; with
+        subgroups, the sum of their minimums."""
+        if self.subgroups:
+            return sum(sg.min_available for sg in self.subgroups)
         return self.min_available or self.total_tasks
+
+    def subgroup_of(self, podset: str) -> SubGroup | None:
+        for sg in self.subgroups:
+            if podset in sg.podsets:
+                return sg
+        return None
 
     def tasks(self) -> list[Task]:
         out: list[Task] = []

@@ -61,7 +61,12 @@ class WorkloadEntry:
         key = self.cache.get("demand")
         if key is None:
             w = self.workload
-            key = (tuple((ps.request.shape_key, ps.count) for ps in w.podsets), w.gang_size, w.topology)
+            key = (
+                tuple((ps.request.shape_key, ps.count) for ps in w.podsets),
+                w.gang_size,
+                w.topology,
+                w.subgroups,
+            )
             self.cache["demand"] = key
         return key  # type: ignore[return-value]
 

@@ -16,6 +16,7 @@ from phalanx.core.model import (
     GpuKind,
     GpuRequest,
     PodSet,
+    SubGroup,
     TaskRequest,
     Toleration,
     TopologyConstraint,
@@ -71,10 +72,21 @@ class TopologySpec(_Strict):
     required: bool = False
 
 
+class SubGroupSpec(_Strict):
+    """One gang of a multi-level workload: its pod sets, its minimum, its topology."""
+
+    name: str
+    podsets: list[str]
+    min_available: int
+    topology: TopologySpec | None = None
+
+
 class WorkloadSpec(_Strict):
     name: str
     podsets: list[PodSetSpec]
     min_available: int | None = None
+    subgroups: list[SubGroupSpec] = Field(default_factory=list)
+    preempt_whole: bool = False
     queue: str = "default"
     priority: int = 0
     preemptible: bool = True
@@ -160,6 +172,15 @@ def build_workload(w: WorkloadSpec, where: str, dra: DraContext | None = None) -
             )
         podsets += _claimed(w.name, p, req, pw, dra or DraContext())
     topo = TopologyConstraint(w.topology.level, w.topology.required) if w.topology else None
+    subs = tuple(
+        SubGroup(
+            sg.name,
+            tuple(sg.podsets),
+            sg.min_available,
+            TopologyConstraint(sg.topology.level, sg.topology.required) if sg.topology else None,
+        )
+        for sg in w.subgroups
+    )
     with at(where):
         return Workload(
             name=w.name,
@@ -170,6 +191,8 @@ def build_workload(w: WorkloadSpec, where: str, dra: DraContext | None = None) -
             preemptible=w.preemptible,
             creation_time=w.creation_time,
             topology=topo,
+            subgroups=subs,
+            preempt_whole=w.preempt_whole,
         )
 
 
