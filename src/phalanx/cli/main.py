@@ -6,6 +6,7 @@ import typer
 
 from phalanx.cli.bench import bench_app
 from phalanx.cli.cache import cache
+from phalanx.cli.capture import capture
 from phalanx.cli.kube import dashboard, demo, scheduler, status
 from phalanx.cli.node import node_app
 from phalanx.cli.schedule import schedule
@@ -25,6 +26,7 @@ app.command("dashboard")(dashboard)
 app.add_typer(node_app, name="node")
 app.command("webhook")(webhook)
 app.command("cache")(cache)
+app.command("capture")(capture)
 
 
 @app.callback()

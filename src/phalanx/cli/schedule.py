@@ -15,6 +15,7 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import Bind, Pending
+from phalanx.core.errors import SpecError
 from phalanx.profiles import load_profile
 from phalanx.spec.cluster import parse_cluster
 from phalanx.spec.common import load_yaml
@@ -40,8 +41,27 @@ def schedule(
     profile: Annotated[str, typer.Option(help="Built-in profile name or a profile YAML file.")] = "phalanx",
     seed: Annotated[int, typer.Option(help="Seed of the cycle's random tie-breaks.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    capture: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file from `phalanx capture`: show what Phalanx would do now for the pods that wait, "
+            "next to what the cluster's scheduler did (instead of --cluster/--workloads)."
+        ),
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="With --capture: the scheduler whose pods Phalanx decides for.")
+    ] = "default-scheduler",
+    kueue: Annotated[str, typer.Option(help="With --capture: Kueue mode (see `scheduler --help`).")] = "auto",
 ) -> None:
-    """Place workloads on a static cluster and show placements and pending reasons."""
+    """Place workloads on a static cluster (or a captured one) and show placements and pending reasons."""
+    if capture is not None:
+        from phalanx.cli.capture import replay_capture
+
+        with user_errors():
+            if cluster is not None or workloads is not None:
+                raise SpecError("--capture", "replays a captured cluster: drop --cluster and --workloads")
+        replay_capture(capture, profile, scheduler_name, None, kueue, as_json)
+        return
     with user_errors():
         cdata, csrc = (load_yaml(cluster), str(cluster)) if cluster else _example("example-cluster.yaml")
         wdata, wsrc = (

@@ -31,25 +31,16 @@ from phalanx.k8s.contain import label
 from phalanx.k8s.devices import encode
 from phalanx.k8s.executor import Executor, Outcome
 from phalanx.k8s.explain import Explainer
+from phalanx.k8s.gather import gather
 from phalanx.k8s.insight import Insight, RunTimes, insights
-from phalanx.k8s.kinds import (
-    DEVICE_CLASSES,
-    JOBS,
-    POD_GROUPS,
-    QUEUES,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-    WATCHED,
-    keys_of,
-)
+from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.kueue import Kueue
-from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.leader import LeaderElector
 from phalanx.k8s.server import Metrics
 from phalanx.k8s.service import AttainedService, ServiceStore
 from phalanx.k8s.shares import Shares
 from phalanx.k8s.staging import StageRequests
-from phalanx.k8s.world import ASSUMED, DraObjects, Translations, World, build_world
+from phalanx.k8s.world import ASSUMED, Translations, World
 
 log = logging.getLogger("phalanx.k8s")
 POD_GROUP_KINDS = keys_of(POD_GROUPS)
@@ -157,17 +148,10 @@ class Scheduler:
         t0 = time.perf_counter()
         now = self.clock()
         pods = self._assume(self.store.items("pods"), now)
-        groups = [o for k in POD_GROUP_KINDS for o in self.store.items(k)]
-        queues = [o for k in QUEUE_KINDS for o in self.store.items(k)]
-        dra = DraObjects(
-            self.store.items(DEVICE_CLASSES.key),
-            self.store.items(RESOURCE_SLICES.key),
-            self.store.items(RESOURCE_CLAIMS.key),
-        )
-        kq, jobs = self._kueue()
-        world = build_world(
-            self.store.items("nodes"), pods, groups, queues, self.cfg, now, self.translations, dra, kq, jobs
-        )
+        read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
+        self._kueue_unhonoured(read.kueue)
+        queues, dra = read.queues, read.dra
+        world = read.world(self.cfg, now, self.translations)
         self._load_service(now)
         self.service.apply(world.snapshot, now)
         self._save_service(now)
@@ -297,16 +281,12 @@ class Scheduler:
         except Exception as e:  # not fatal: the next interval tries again
             log.warning("cannot write the attained service (ConfigMap %s): %s", self.service_store.name, e)
 
-    def _kueue(self) -> tuple[Kueue | None, dict[str, dict[str, Any]] | None]:
-        """Kueue's objects, in the mode asked for (auto: coexist when its controller runs)."""
-        k, _ = load_kueue(self.store.items, self.cfg.kueue)
+    def _kueue_unhonoured(self, k: Kueue | None) -> None:
+        """Migrating from Kueue: what cannot be carried over, logged when it changes."""
         if k is not None and k.mode == "migrate" and k.unhonoured != self.kueue_unhonoured:
             for line in k.unhonoured:
                 log.warning("Kueue migration: %s", line)
             self.kueue_unhonoured = k.unhonoured
-        if not self.store.is_synced((JOBS.key,)):  # not served, not readable or not listed yet
-            return k, None
-        return k, {object_key(j): j for j in self.store.items(JOBS.key)}
 
     def _reservations(self, world: World, out: Outcome) -> None:
         """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""
