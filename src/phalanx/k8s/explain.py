@@ -29,6 +29,7 @@ from phalanx.k8s import keys
 from phalanx.k8s.api import Api, ApiError
 from phalanx.k8s.insight import wall
 from phalanx.k8s.lifecycle import gang_status
+from phalanx.k8s.native_status import NativeStatus
 from phalanx.k8s.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -136,6 +137,7 @@ class Explainer:
         self.transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (PodGroup, type) -> (status, since)
         self.legacy_phases = False  # the PodGroup CRD knows only Pending and Running
         self.writer = Writer()
+        self.native = NativeStatus(api, self.writer.submit)  # Kubernetes-native PodGroups
 
     def flush(self) -> None:
         self.writer.flush()
@@ -227,6 +229,7 @@ class Explainer:
             scheduled[name] = ("False", "Preempting", text)
         done = bound if bound is not None else {b.task for b in (result.binds if result else [])}
         self._gangs(world, scheduled, done)
+        self.native.write(world, scheduled, done, result)
         self._queues(world, our_queues)
 
     def _gangs(

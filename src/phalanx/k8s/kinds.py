@@ -62,7 +62,23 @@ WEBHOOK_CONFIGS = Kind(
     "MutatingWebhookConfiguration",
 )
 
-POD_GROUPS = tuple(Kind(g, v, p, True, "PodGroup") for g, v, p in keys.POD_GROUP_KINDS)
+# Kubernetes' own gang API (phalanx.k8s.native): alpha behind the GenericWorkload gate in 1.36,
+# beta in 1.37; a server without it serves neither, and the dialect is off
+NATIVE_POD_GROUPS = (
+    Kind("scheduling.k8s.io", "v1beta1", "podgroups", True, "PodGroup"),
+    Kind(
+        "scheduling.k8s.io",
+        "v1alpha2",
+        "podgroups",
+        True,
+        "PodGroup",
+        superseded_by="scheduling.k8s.io/v1beta1/podgroups",
+    ),
+)
+POD_GROUPS = (
+    *(Kind(g, v, p, True, "PodGroup") for g, v, p in keys.POD_GROUP_KINDS),
+    *NATIVE_POD_GROUPS,
+)
 QUEUES = tuple(Kind(g, v, p, False, "Queue") for g, v, p in keys.QUEUE_KINDS)
 OUR_POD_GROUPS = POD_GROUPS[0]
 OUR_QUEUES = QUEUES[0]

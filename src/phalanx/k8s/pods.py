@@ -46,6 +46,7 @@ class PodInfo:
     plan_holder: str = ""  # the pod whose gang plan gave `intent`
     phase: str = ""  # status.phase (Pending, Running, ...)
     deletion: float = 0.0  # deletionTimestamp: the end of its grace period (0: not being deleted, or unknown)
+    scheduling_group: str = ""  # spec.schedulingGroup.podGroupName: a Kubernetes-native PodGroup
 
     def tag(self, candidates: tuple[str, ...]) -> str:
         """The first of these keys found in labels, then annotations."""
@@ -98,6 +99,7 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         meta=meta,
         phase=str(status.get("phase") or ""),
         deletion=timestamp(meta.get("deletionTimestamp")),
+        scheduling_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
     )
     info.request = _request(spec, notes, cfg, where, ns)
     shared = info.request.gpu.kind in (GpuKind.FRACTION, GpuKind.MEMORY)

@@ -212,8 +212,10 @@ def build_world(
     claims.reserve({p.uid for p in ours if p.node})
     ours = [claims.attach(p, pods_by_key.get(p.key, {})) for p in ours] if dra.claims or dra.classes else ours
     known = {n.name for n in parsed}
-    for g in group_pods(ours, pod_groups, w.ended):
+    for g in group_pods(ours, pod_groups, w.ended, cfg.levels):
         w.groups[g.name] = g
+        for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
+            w.pod_groups.pop(object_key(member), None)
         _job_parallelism(g, jobs, now - cfg.gang_creation_grace_s)
         if kueue is not None:
             _kueue(g, kueue, jobs or {})

@@ -1,0 +1,143 @@
+"""Kubernetes-native gangs (scheduling.k8s.io PodGroup, v1alpha2 in 1.36, v1beta1 in 1.37) read as
+a dialect beside ours, KAI's and Volcano's, and the subgroups of ours and KAI's PodGroups.
+
+A pod joins a native PodGroup with `spec.schedulingGroup.podGroupName`. The PodGroup carries a
+copy of its Workload template's policy: `schedulingPolicy.gang.minCount` (or `basic: {}`, pods
+placed one by one), `schedulingConstraints.topology[].key` (node label keys, mapped onto the
+configured topology levels; always required), `priority` / `priorityClassName`,
+`disruptionMode` (`PodGroup`: preempted whole) and `resourceClaims`. The reader goes by field
+names, never by version, and accepts the names 1.37 is expected to keep; a field it does not
+know is ignored, a value it cannot honour is a problem that keeps the gang waiting, said so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import TopologyConstraint
+from phalanx.spec.quantity import whole_number
+
+GROUP = "scheduling.k8s.io"
+HOSTNAME = "kubernetes.io/hostname"
+SUBGROUP_LABELS = ("phalanx.io/subgroup", "kai.scheduler/subgroup-name")
+
+
+def is_native(obj: dict[str, Any] | None) -> bool:
+    return obj is not None and str(obj.get("apiVersion", "")).startswith(GROUP + "/")
+
+
+@dataclass
+class NativeSpec:
+    """What a native PodGroup asks of its pods."""
+
+    min_count: int = 1
+    gang: bool = True
+    topology: TopologyConstraint | None = None
+    priority: int | None = None
+    preempt_whole: bool = False
+    workload: str = ""  # spec.podGroupTemplateRef.workload.workloadName
+    template: str = ""  # ... .podGroupTemplateName
+    problems: list[str] = field(default_factory=list)
+
+
+def level_of(key: str, levels: tuple[tuple[str, str], ...], where: str) -> str:
+    """A node label key (`topology.kubernetes.io/zone`) -> our level (`zone`); the level's own
+    name is accepted too."""
+    if key in (HOSTNAME, "node", "hostname"):
+        return "node"
+    for level, label in levels:
+        if key in (label, level):
+            return level
+    known = ", ".join(f"{lv}={lab}" for lv, lab in levels) or "none"
+    raise SpecError(where, f"no topology level has node label key {key!r} (levels: {known}, {HOSTNAME})")
+
+
+def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> NativeSpec:
+    """The PodGroup's policy; raises SpecError naming the field that is wrong."""
+    meta = pg.get("metadata") or {}
+    kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    spec = pg.get("spec") or {}
+    out = NativeSpec()
+    policy = spec.get("schedulingPolicy") or {}
+    if "gang" in policy:
+        gang = policy.get("gang") or {}
+        out.min_count = whole_number(
+            gang.get("minCount", 1), f"{kind}: spec.schedulingPolicy.gang.minCount", 1
+        )
+    elif "basic" in policy:
+        out.gang = False
+    else:
+        raise SpecError(f"{kind}: spec.schedulingPolicy", "needs gang: {minCount: N} or basic: {}")
+    topo = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    order = ["node", *reversed([lv for lv, _ in levels])]  # narrowest first
+    found = []
+    for k, t in enumerate(topo):
+        where = f"{kind}: spec.schedulingConstraints.topology[{k}].key"
+        key = t.get("key") if isinstance(t, dict) else None
+        if not key:
+            raise SpecError(where, "needs a node label key, e.g. topology.kubernetes.io/zone")
+        found.append(level_of(str(key), levels, where))
+    if found:  # every constraint holds when the narrowest does (levels nest)
+        out.topology = TopologyConstraint(min(found, key=order.index), True)
+    if spec.get("priority") is not None:
+        out.priority = whole_number(spec["priority"], f"{kind}: spec.priority", -(2**31))
+    mode = str(spec.get("disruptionMode") or "Pod")
+    if mode not in ("Pod", "PodGroup"):
+        raise SpecError(f"{kind}: spec.disruptionMode", f"must be Pod or PodGroup, got {mode!r}")
+    out.preempt_whole = mode == "PodGroup"
+    ref = (spec.get("podGroupTemplateRef") or {}).get("workload") or {}
+    out.workload = str(ref.get("workloadName") or "")
+    out.template = str(ref.get("podGroupTemplateName") or "")
+    if spec.get("resourceClaims"):
+        out.problems.append(
+            f"{kind}: spec.resourceClaims: PodGroup-level ResourceClaims are not allocated by Phalanx yet; "
+            "name the claims in the pods' spec.resourceClaims instead"
+        )
+    return out
+
+
+@dataclass
+class SubGroupOf:
+    """One subgroup of a group: its name, its minimum, its topology and its pods (by key)."""
+
+    name: str
+    min_available: int
+    topology: TopologyConstraint | None
+    pods: list[str] = field(default_factory=list)
+
+
+def read_subgroups(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> list[SubGroupOf]:
+    """Ours: spec.subGroups[] {name, minMember, topology: {level, required}}. KAI's (v2alpha2):
+    spec.subgroups[] {name, minMember, parent, topologyConstraint: {requiredTopologyLevel,
+    preferredTopologyLevel}} - leaves only: a parent's own constraint is not honoured."""
+    meta = pg.get("metadata") or {}
+    kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    spec = pg.get("spec") or {}
+    field_name = "subGroups" if "subGroups" in spec else "subgroups"
+    items = spec.get(field_name) or []
+    if not isinstance(items, list):
+        raise SpecError(f"{kind}: spec.{field_name}", "must be a list")
+    parents = {str(s.get("parent")) for s in items if isinstance(s, dict) and s.get("parent")}
+    out = []
+    for k, s in enumerate(items):
+        where = f"{kind}: spec.{field_name}[{k}]"
+        if not isinstance(s, dict) or not s.get("name"):
+            raise SpecError(where, "needs a name")
+        if str(s["name"]) in parents:
+            continue  # an inner node of KAI's hierarchy: its leaves carry the pods
+        topo = None
+        t = s.get("topology")
+        if isinstance(t, dict) and t.get("level"):
+            topo = TopologyConstraint(str(t["level"]), bool(t.get("required", False)))
+        kai = s.get("topologyConstraint")
+        if isinstance(kai, dict):
+            for key, required in (("requiredTopologyLevel", True), ("preferredTopologyLevel", False)):
+                if kai.get(key):
+                    lv = level_of(str(kai[key]), levels, f"{where}.topologyConstraint.{key}")
+                    topo = TopologyConstraint(lv, required)
+                    break
+        size = whole_number(s.get("minMember", 1), f"{where}.minMember", 1)
+        out.append(SubGroupOf(str(s["name"]), size, topo))
+    return out
