@@ -124,6 +124,18 @@ def scheduler(
         Path | None, typer.Option(help="Private key (PEM) of --tls-cert-file.")
     ] = None,
     bind_address: Annotated[str, typer.Option(help="Address the HTTP(S) port listens on.")] = "0.0.0.0",
+    shadow: Annotated[
+        bool,
+        typer.Option(
+            "--shadow",
+            help="Shadow mode: decide for the pods of --shadow-scheduler-name, bind and evict nothing, "
+            "count where Phalanx agrees with that scheduler (phalanx_shadow_decisions_total). "
+            "Reads only: no Lease, no Events, no status.",
+        ),
+    ] = False,
+    shadow_scheduler_name: Annotated[
+        str, typer.Option(help="With --shadow: the scheduler watched (its pods' spec.schedulerName).")
+    ] = "default-scheduler",
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain.
 
@@ -171,6 +183,16 @@ def scheduler(
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
+    if shadow:
+        from dataclasses import replace
+
+        from phalanx.cli.shadow import run_shadow
+
+        watched = replace(cfg, scheduler_name=shadow_scheduler_name, leader_elect=False)
+        run_shadow(
+            api, watched, prof, port, insecure_metrics, (tls_cert_file, tls_private_key_file), bind_address
+        )
+        return
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
     log = logging.getLogger("phalanx.k8s")
     if insecure_metrics:
@@ -224,11 +246,31 @@ def status(
     kueue: Annotated[
         str, typer.Option(help="Kueue mode the scheduler runs with (see `scheduler --help`).")
     ] = "auto",
+    shadow: Annotated[
+        str | None,
+        typer.Option(
+            help="URL of a `phalanx scheduler --shadow` (e.g. https://localhost:8080 through "
+            "kubectl port-forward): print what it found instead (agreements by reason, gangs placed "
+            "partially, pods it would place now)."
+        ),
+    ] = None,
+    token: Annotated[
+        str, typer.Option(envvar="PHALANX_TOKEN", help="With --shadow: bearer token it accepts.")
+    ] = "",
+    insecure_skip_tls_verify: Annotated[
+        bool,
+        typer.Option("--insecure-skip-tls-verify", help="With --shadow: accept a self-made certificate."),
+    ] = False,
 ) -> None:
     """Queues, which GPU holds which pods, fractions or slices, gangs with their phase and members
     (running, ended, waiting), and pending workloads with the reason the scheduler gives (naming
     what holds back a preemption, and until when) and their start forecast: when each is expected
     to start, and what would let it start now. Read-only: a dry cycle, nothing is written."""
+    if shadow is not None:
+        from phalanx.cli.shadow import status_shadow
+
+        status_shadow(shadow, token, not insecure_skip_tls_verify)
+        return
     with user_errors():
         if kueue not in ("auto", "coexist", "migrate", "off"):
             raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")

@@ -18,6 +18,7 @@ import hashlib
 import re
 from typing import Any
 
+from phalanx.k8s import keys
 from phalanx.k8s.capture import Capture
 
 KEEP_LABEL_PREFIXES = (
@@ -28,6 +29,7 @@ KEEP_LABEL_PREFIXES = (
     "beta.kubernetes.io/",
     "node.kubernetes.io/instance-type",
 )
+_NAMING_NOTES = frozenset({*keys.GROUP_KEYS, *keys.QUEUE_KEYS, keys.DATASET})
 KEEP_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 _TOKEN = re.compile(r"[A-Za-z0-9._-]+")
 _PARTS = re.compile(r"([-._])")
@@ -66,12 +68,17 @@ def _names(cap: Capture) -> set[str]:
             for lk, lv in (meta.get("labels") or {}).items():
                 if isinstance(lv, str) and not _kept_label(str(lk)):
                     out.add(lv)
+            for ak, av in (meta.get("annotations") or {}).items():
+                if ak in _NAMING_NOTES and isinstance(av, str):
+                    out.add(av)  # a group, queue or dataset that may have no object of its own
             for ref in meta.get("ownerReferences") or []:
                 if isinstance(ref, dict) and isinstance(ref.get("name"), str):
                     out.add(ref["name"])
             spec = o.get("spec") or {}
             if key == "pods" and isinstance(spec.get("nodeName"), str):
                 out.add(spec["nodeName"])
+            if key.endswith("/podgroups") and isinstance(spec.get("queue"), str):
+                out.add(spec["queue"])  # a queue named before it exists
     drivers = {
         str((s.get("spec") or {}).get("driver"))
         for k, objs in cap.objects.items()
