@@ -65,6 +65,8 @@ def list_source(fs: Any, root: str, include: str, source: str) -> list[RemoteFil
         raise StageError(f"access to {source} denied ({_short(e)}): check the credentials") from None
     except OSError as e:
         raise StageError(f"cannot list {source}: {_short(e)}") from None
+    except Exception as e:  # botocore's EndpointConnectionError and kin are no OSError
+        raise StageError(f"cannot list {source}: {type(e).__name__}: {_short(e)}") from None
     base = root.rstrip("/") + "/"
     out = []
     for path, info in sorted(found.items()):
