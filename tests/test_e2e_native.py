@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
+from dra_kube import device_classes, dgx_slices
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
 from phalanx.k8s.api import NotFound
-from phalanx.k8s.kinds import Kind
+from phalanx.k8s.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from phalanx.k8s.localcluster import ControlPlane, Unavailable
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +32,7 @@ GATES = ",".join(
         "GangScheduling",
         "TopologyAwareWorkloadScheduling",
         "WorkloadAwarePreemption",
+        "DRAWorkloadResourceClaims",
     )
 )
 PODGROUPS = Kind("scheduling.k8s.io", "v1alpha2", "podgroups", True, "PodGroup")
@@ -59,6 +61,9 @@ def kube(native_plane: ControlPlane) -> Iterator[Kube]:
         WORKLOADS,
         Kind("", "v1", "pods", True, "Pod"),
         Kind("", "v1", "nodes", False, "Node"),
+        RESOURCE_CLAIMS,
+        RESOURCE_SLICES,
+        DEVICE_CLASSES,
     ):
         for o in k.api.list(kind)[0]:
             with suppress(NotFound):
@@ -239,3 +244,37 @@ def test_disruption_mode_podgroup_preempts_the_whole_gang(kube: Kube) -> None:
         assert gone == {"low-0", "low-1"}
         c = wait_for("DisruptionTarget", lambda: condition(kube, "low", "DisruptionTarget"))
         assert c["status"] == "True" and c["reason"] == "PreemptionByScheduler", c
+
+
+def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(kube: Kube) -> None:
+    for c in device_classes():
+        kube.create(c)
+    for n in ("a", "b"):
+        kube.api.create("nodes", node(n, gpus=0, labels={RACK: "r0"}))
+        for s in dgx_slices(n):
+            kube.create(s)
+    kube.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared-nic", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+        }
+    )
+    claim = [{"name": "net", "resourceClaimName": "shared-nic"}]
+    group(kube, "pg", 2, resourceClaims=claim)
+    for n in ("m-0", "m-1"):
+        p = pod(n)
+        p["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+        p["spec"]["resourceClaims"] = claim
+        p["spec"]["containers"][0]["resources"]["claims"] = [{"name": "net"}]
+        kube.create(p)
+    with running(kube):
+        wait_for("both bound", lambda: bound(kube, ["m-0", "m-1"]) == ["m-0", "m-1"], timeout=30)
+    assert kube.node_of("m-0") == kube.node_of("m-1")  # where the claim's NIC is
+    status = (kube.get(RESOURCE_CLAIMS, "shared-nic", "default") or {})["status"]
+    assert len(status["allocation"]["devices"]["results"]) == 1
+    uid = (kube.get(PODGROUPS, "pg", "default") or {})["metadata"]["uid"]
+    assert status["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": uid}
+    ]

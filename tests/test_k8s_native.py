@@ -9,6 +9,7 @@ import numpy as np
 
 from kube_objects import node, pod, pod_group
 from phalanx.core.cycle import run_cycle
+from phalanx.k8s import native
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.world import build_world
 from phalanx.profiles import load_profile
@@ -92,13 +93,36 @@ def test_native_basic_policy_places_pods_one_by_one():
     assert len(cycle(w).binds) == 2  # no gang: what fits runs
 
 
-def test_unknown_topology_key_and_claims_say_what_is_wrong():
+def test_unknown_topology_key_says_what_is_wrong():
     bad = native_group("g", 1, schedulingConstraints={"topology": [{"key": "example.com/pod"}]})
     w = world([member("p0", "g")], [bad])
     assert "example.com/pod" in w.blocked["default/g"][0] and "rack=" in w.blocked["default/g"][0]
-    claims = native_group("c", 1, resourceClaims=[{"name": "x", "resourceClaimName": "x"}])
-    w = world([member("q0", "c")], [claims])
-    assert "PodGroup-level ResourceClaims" in w.blocked["default/c"][0]
+
+
+def test_a_pods_claims_that_match_its_podgroups_are_the_groups():
+    pg = native_group(
+        "g",
+        2,
+        resourceClaims=[
+            {"name": "net", "resourceClaimName": "shared-nic"},
+            {"name": "imex", "resourceClaimTemplateName": "channel"},
+        ],
+    )
+    p = member("p0", "g")
+    p["spec"]["resourceClaims"] = [
+        {"name": "net", "resourceClaimName": "shared-nic"},
+        {"name": "imex", "resourceClaimTemplateName": "channel"},
+        {"name": "own", "resourceClaimTemplateName": "channel"},  # same template, another name: its own
+    ]
+    assert native.group_claims(p, pg) == {"net": "shared-nic", "imex": ""}  # made from the template later
+    pg["status"] = {"resourceClaimStatuses": [{"name": "imex", "resourceClaimName": "g-imex-x1"}]}
+    assert native.group_claims(p, pg) == {"net": "shared-nic", "imex": "g-imex-x1"}
+    assert native.reference(pg) == {
+        "apiGroup": "scheduling.k8s.io",
+        "resource": "podgroups",
+        "name": "g",
+        "uid": "uid-g",
+    }
 
 
 def test_podgroups_of_one_workload_from_two_templates_are_one_multi_level_gang():

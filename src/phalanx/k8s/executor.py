@@ -82,6 +82,7 @@ class Executor:
         self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
         self.device_classes: dict[str, dict[str, Any]] = {}
         self.claims_lock = threading.Lock()
+        self.group_claims: dict[str, dict[str, str]] = {}  # claims reserved for a PodGroup (set each cycle)
         self.shares: Shares | None = None  # GPU shares through reservation pods (phalanx.k8s.shares)
 
     def close(self) -> None:
@@ -263,12 +264,13 @@ class Executor:
         for b in binds:
             uid = uids.get(b.task, "")
             for ca in b.claims:
+                holder = self.group_claims.get(ca.claim)  # a native PodGroup's claim: reserved for it
                 try:
                     fresh = self._claim_one(ca, b, uid)
                 except (ApiError, Retry, ValueError) as e:
                     self._unclaim(written)
                     return f"could not allocate ResourceClaim {ca.claim}: {e}"
-                written.append((ca.claim, fresh, uid))
+                written.append((ca.claim, fresh, holder["uid"] if holder else uid))
         return ""
 
     def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str) -> bool:
@@ -284,8 +286,8 @@ class Executor:
                     raise ValueError("it is gone")
             status = obj.get("status") or {}
             reserved = list(status.get("reservedFor") or [])
-            me = {"resource": "pods", "name": pod, "uid": uid}
-            if any(r.get("uid") == uid for r in reserved):
+            me = self.group_claims.get(ca.claim) or {"resource": "pods", "name": pod, "uid": uid}
+            if any(r.get("uid") == me["uid"] for r in reserved):
                 return False
             body: dict[str, Any] = {"reservedFor": [*reserved, me]}
             current = allocation_of(obj)

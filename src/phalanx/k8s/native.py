@@ -5,7 +5,8 @@ A pod joins a native PodGroup with `spec.schedulingGroup.podGroupName`. The PodG
 copy of its Workload template's policy: `schedulingPolicy.gang.minCount` (or `basic: {}`, pods
 placed one by one), `schedulingConstraints.topology[].key` (node label keys, mapped onto the
 configured topology levels; always required), `priority` / `priorityClassName`,
-`disruptionMode` (`PodGroup`: preempted whole) and `resourceClaims`. The reader goes by field
+`disruptionMode` (`PodGroup`: preempted whole) and `resourceClaims` (claims its pods share,
+allocated once and reserved for the PodGroup: `group_claims`). The reader goes by field
 names, never by version, and accepts the names 1.37 is expected to keep; a field it does not
 know is ignored, a value it cannot honour is a problem that keeps the gang waiting, said so.
 """
@@ -90,12 +91,39 @@ def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> Native
     ref = (spec.get("podGroupTemplateRef") or {}).get("workload") or {}
     out.workload = str(ref.get("workloadName") or "")
     out.template = str(ref.get("podGroupTemplateName") or "")
-    if spec.get("resourceClaims"):
-        out.problems.append(
-            f"{kind}: spec.resourceClaims: PodGroup-level ResourceClaims are not allocated by Phalanx yet; "
-            "name the claims in the pods' spec.resourceClaims instead"
-        )
     return out
+
+
+def group_claims(pod: dict[str, Any], pg: dict[str, Any]) -> dict[str, str]:
+    """The pod's claims that are its PodGroup's (`spec.resourceClaims`, matched on every field, as
+    the API matches them): pod claim name -> the ResourceClaim's name, "" while the one made from
+    a template is not recorded in the PodGroup's `status.resourceClaimStatuses` yet. Such a claim
+    is allocated once and reserved for the PodGroup, not for its pods."""
+    fields = ("name", "resourceClaimName", "resourceClaimTemplateName")
+    theirs = {
+        tuple(str(c.get(f) or "") for f in fields) for c in (pg.get("spec") or {}).get("resourceClaims") or []
+    }
+    made = {
+        str(s.get("name")): str(s.get("resourceClaimName") or "")
+        for s in (pg.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    out = {}
+    for rc in (pod.get("spec") or {}).get("resourceClaims") or []:
+        key = tuple(str(rc.get(f) or "") for f in fields)
+        if key in theirs:
+            out[key[0]] = key[1] or made.get(key[0], "")
+    return out
+
+
+def reference(pg: dict[str, Any]) -> dict[str, str]:
+    """The PodGroup as a claim's `status.reservedFor` entry."""
+    meta = pg.get("metadata") or {}
+    return {
+        "apiGroup": GROUP,
+        "resource": "podgroups",
+        "name": str(meta.get("name")),
+        "uid": str(meta.get("uid")),
+    }
 
 
 @dataclass

@@ -172,6 +172,7 @@ class Scheduler:
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         self.executor.claims = {object_key(c): c for c in dra.claims}
         self.executor.dra_devices = world.snapshot.dra_devices
+        self.executor.group_claims = world.group_claims
         self.executor.device_classes = {str((c.get("metadata") or {}).get("name")): c for c in dra.classes}
         try:
             if world.unfinished:

@@ -25,7 +25,7 @@ from phalanx.core.feasibility import find_candidates
 from phalanx.core.model import MILLI, GpuKind, GpuRequest, Node
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import ForeignUsage, Snapshot
-from phalanx.k8s import keys
+from phalanx.k8s import keys, native
 from phalanx.k8s import kueue as kueue_keys
 from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
@@ -109,6 +109,9 @@ class World:
     idle_reservations: list[Slot] = field(default_factory=list)  # no share left on their GPU
     orphan_shares: dict[str, Slot] = field(default_factory=dict)  # bound shares whose reservation is gone
     stale_intents: list[str] = field(default_factory=list)  # plans and intents to clear (node gone or no fit)
+    group_claims: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # claim -> its PodGroup (reservedFor)
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -209,8 +212,20 @@ def build_world(
         if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
     claims = _Claims(dra, snap, contain)
-    claims.reserve({p.uid for p in ours if p.node})
-    ours = [claims.attach(p, pods_by_key.get(p.key, {})) for p in ours] if dra.claims or dra.classes else ours
+    natives = {object_key(pg): pg for pg in pod_groups if native.is_native(pg)}
+    holders = {p.uid for p in ours if p.node}  # and the native PodGroups of our bound pods (their claims)
+    holders |= {
+        str((natives[gk].get("metadata") or {}).get("uid"))
+        for p in ours
+        if p.node and (gk := f"{p.namespace}/{p.scheduling_group}") in natives
+    }
+    claims.reserve(holders)
+    if dra.claims or dra.classes:
+        ours = [
+            claims.attach(p, pods_by_key.get(p.key, {}), natives.get(f"{p.namespace}/{p.scheduling_group}"))
+            for p in ours
+        ]
+    w.group_claims = claims.group_reserved
     known = {n.name for n in parsed}
     for g in group_pods(ours, pod_groups, w.ended, cfg.levels):
         w.groups[g.name] = g
@@ -490,6 +505,7 @@ class _Claims:
             for c in dra.claims
         }
         self.waiting: dict[str, str] = {}  # pod -> why it waits (claim not made yet, or bad)
+        self.group_reserved: dict[str, dict[str, str]] = {}  # claims of native PodGroups -> reservedFor
 
     def reserve(self, our_bound: set[str]) -> None:
         """Allocated claims hold their devices; their GPUs count as used unless one of our bound pods
@@ -507,10 +523,16 @@ class _Claims:
             if held is not None:
                 self.snap.hold_devices(i, held)
 
-    def attach(self, p: PodInfo, obj: dict[str, Any]) -> PodInfo:
+    def attach(self, p: PodInfo, obj: dict[str, Any], pg: dict[str, Any] | None = None) -> PodInfo:
         names = pod_claim_names(obj)
         if not names:
             return p
+        if pg is not None:  # the PodGroup's claims: shared by its pods, reserved for the PodGroup
+            theirs = native.group_claims(obj, pg)
+            names = [(pc, theirs[pc], True) if pc in theirs else (pc, cn, sh) for pc, cn, sh in names]
+            for claim_name in theirs.values():
+                if claim_name:
+                    self.group_reserved[f"{p.namespace}/{claim_name}"] = native.reference(pg)
         out = []
         for pod_claim, claim_name, shared in names:
             if not claim_name:
