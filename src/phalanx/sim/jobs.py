@@ -6,7 +6,19 @@ import math
 from dataclasses import dataclass
 
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, GpuRequest, PodSet, TaskRequest, Workload
+from phalanx.core.model import MILLI, GpuRequest, PodSet, SubGroup, TaskRequest, TopologyConstraint, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """One subgroup of a multi-level job (prefill or decode of a disaggregated server): its tasks,
+    the minimum of them that must run together, and the topology level that keeps them together."""
+
+    name: str
+    tasks: int
+    min_tasks: int = 0  # 0: all of its tasks
+    level: str = ""  # "" : anywhere inside the job's placement
+    required: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +44,7 @@ class JobSpec:
     checkpoint_interval: float | None = None  # seconds; None: the replay's default
     min_tasks: int = 0  # elastic: runs with min_tasks..task_count tasks (0: rigid gang)
     where: str = ""
+    groups: tuple[JobGroup, ...] = ()  # a multi-level gang: its tasks split into these subgroups
 
     def __post_init__(self) -> None:
         where = self.where or f"job {self.name}"
@@ -49,6 +62,10 @@ class JobSpec:
             raise SpecError(where, f"min tasks must be in [0, {self.task_count}], got {self.min_tasks}")
         if not 0 < self.gpu_milli <= MILLI:
             raise SpecError(where, f"GPU share per task must be in (0, 1000] milli, got {self.gpu_milli}")
+        if self.groups and sum(g.tasks for g in self.groups) != self.task_count:
+            raise SpecError(
+                where, f"its groups hold {sum(g.tasks for g in self.groups)} tasks, not {self.task_count}"
+            )
 
     @property
     def task_count(self) -> int:
@@ -85,10 +102,24 @@ class JobSpec:
                 )
             gpu = GpuRequest.whole(per)
         req = TaskRequest(self.cpu_milli, self.memory_mib, gpu, dataset=self.dataset)
+        podsets: tuple[PodSet, ...] = (PodSet("worker", n, req),)
+        subgroups: tuple[SubGroup, ...] = ()
+        if self.groups:
+            podsets = tuple(PodSet(g.name, g.tasks, req) for g in self.groups)
+            subgroups = tuple(
+                SubGroup(
+                    g.name,
+                    (g.name,),
+                    g.min_tasks or g.tasks,
+                    TopologyConstraint(g.level, g.required) if g.level else None,
+                )
+                for g in self.groups
+            )
         return Workload(
             self.name,
-            (PodSet("worker", n, req),),
-            min_available=self.min_count,
+            podsets,
+            min_available=0 if self.groups else self.min_count,
+            subgroups=subgroups,
             queue=self.queue,
             priority=self.priority,
             preemptible=self.preemptible,
