@@ -299,7 +299,7 @@ class Scheduler:
             if not shares.recent(slot, ttl=5.0):
                 shares.delete(slot, world.reservations.get(slot))
         for task, (node, index) in sorted(world.orphan_shares.items()):
-            if task not in self.gone and not shares.recent((node, index)):
+            if task not in self.gone and shares.gone((node, index)):
                 why = f"the reservation pod that held GPU {index} of {node} for it is gone"
                 log.warning("evicting share %s: %s", task, why)
                 self.executor.evict(task, why, out)

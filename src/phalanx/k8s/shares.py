@@ -226,6 +226,25 @@ class Shares:
         with self.lock:
             return self.clock() - self.touched.get(slot, -1e18) < ttl
 
+    def gone(self, slot: Slot) -> bool:
+        """Whether the reservation pod of `slot`, absent from the store, is really gone: the store
+        may lag behind one made or seen a moment ago, so then the API server is asked (a 404 or a
+        pod on its way out: gone). A killed reservation pod's shares are evicted at once, not after
+        the store-lag window."""
+        if not self.recent(slot):
+            return True
+        node, index = slot
+        obj = self.retry(
+            partial(self.api.get, PODS, reservation_name(node, index), self.cfg.reservation_namespace)
+        )
+        meta = (obj or {}).get("metadata") or {}
+        if obj is None or meta.get("deletionTimestamp") or (obj.get("status") or {}).get("phase") == "Failed":
+            with self.lock:
+                self.touched.pop(slot, None)
+                self.pods.pop(slot, None)
+            return True
+        return False
+
     def prepare(self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: dict[str, str]) -> str:
         """'' when every share of the gang has its GPU and its ConfigMap (bind now); 'later' while a
         reservation pod waits for its GPU; otherwise why the gang cannot go there."""
