@@ -12,6 +12,22 @@ import pytest
 from phalanx.k8s.localcluster import ControlPlane, Unavailable
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker per core, at most 4: each worker starts its own
+    control plane, and the e2e tests mostly wait on it."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (--dist loadgroup, --no-loadscope-reorder): each module runs whole on one
+    worker (its module-scoped control plane starts once), and every real-node module on the same
+    one (one kit cluster at a time, one image build), first, since together they take longest."""
+    for item in items:
+        group = "nodes" if item.get_closest_marker("nodes") else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: 0 if item.get_closest_marker("nodes") else 1)
+
+
 @pytest.fixture(scope="session")
 def control_plane():
     """A real Kubernetes control plane for the session (e2e tests), or a skip that says why not."""

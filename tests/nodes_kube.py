@@ -10,6 +10,7 @@ there) a missing piece is a failure instead.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -17,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,14 +96,28 @@ def cached_build(kind: str, digest: str, *args: str) -> Path:
         skip_or_fail("building the image needs root (mmdebstrap's root mode, buildah)")
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phalanx-image"
     out = cache / f"{kind}-{digest}.tar"
-    if not out.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        for old in cache.glob(f"{kind}-*.tar"):
-            old.unlink()
-        r = subprocess.run([str(BUILD), "--out", str(out), *args], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.fail(f"deploy/image/build.sh {' '.join(args)} failed:\n{r.stderr[-4000:]}")
+    cache.mkdir(parents=True, exist_ok=True)
+    with locked(cache / ".lock"):  # test runs of several checkouts build one at a time
+        if not out.is_file():
+            # the newest few stay: another checkout's run may still import its own
+            for old in sorted(cache.glob(f"{kind}-*.tar"), key=lambda f: f.stat().st_mtime)[:-3]:
+                old.unlink()
+            r = subprocess.run([str(BUILD), "--out", str(out), *args], capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.fail(f"deploy/image/build.sh {' '.join(args)} failed:\n{r.stderr[-4000:]}")
+        out.touch()
     return out
+
+
+@contextmanager
+def locked(path: Path | str) -> Iterator[None]:
+    """An exclusive flock(2) on `path` while the block runs (compatible with flock(1))."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def image_archive() -> Path:
@@ -298,6 +313,13 @@ def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterato
     except Unavailable as e:
         skip_or_fail(f"no Kubernetes control plane: {e}")
     image = image_archive()
+    # PHALANX_KIT_LOCK: where several test runs share one machine's kit, one cluster at a time
+    lock = os.environ.get("PHALANX_KIT_LOCK")
+    with locked(lock) if lock else nullcontext():
+        yield from _kit_cluster(nodes, labels, image)
+
+
+def _kit_cluster(nodes: int, labels: dict[str, str] | None, image: Path) -> Iterator[KitCluster]:
     cp = ControlPlane(service_accounts=True, apiserver_args=("--enable-aggregator-routing=true",)).start()
     cp.start_scheduler()  # kube-scheduler places Phalanx's own pods, as in any cluster
     names = [f"pn{os.getpid() % 10000}-{chr(ord('a') + i)}" for i in range(nodes)]

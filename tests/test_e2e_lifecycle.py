@@ -172,6 +172,12 @@ def test_a_preemption_held_back_by_min_runtime_names_it_and_when_it_ends(kube: K
             return " ".join(m for _, r, m in typed_events(kube, "train-0") if r == "FailedScheduling")
 
         text = wait_for("the gang told why it waits", lambda: "min_runtime" in said() and said(), timeout=30)
+        # the status is written after the Event (its own writer): under load, a moment later
+        wait_for(
+            "the PodGroup's Scheduled condition says why",
+            lambda: "min_runtime 600 s" in condition(kube, "train", "Scheduled").get("message", ""),
+            timeout=30,
+        )
     assert (
         "preempt: min_runtime 600 s protects default/low-0 (priority 100), default/low-1 (priority 100) "
         f"until {wall(started + 600)}; they may be preempted then"
@@ -182,7 +188,6 @@ def test_a_preemption_held_back_by_min_runtime_names_it_and_when_it_ends(kube: K
     )
     assert "does not fit even when everything running has ended" not in text
     assert not any(kube.pods()[f"low-{k}"]["metadata"].get("deletionTimestamp") for k in range(2))
-    assert "min_runtime 600 s" in condition(kube, "train", "Scheduled").get("message", "")
     out = status_cli(kube, "--profile", prof)
     assert "min_runtime 600 s protects default/low-0" in out and "may be preempted" in out, out
 

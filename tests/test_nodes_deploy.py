@@ -147,11 +147,12 @@ RENDEZVOUS = """
 set -e
 echo "rank $RANK up on $(hostname)"
 if [ "$RANK" = 0 ]; then
-  msg=$(nc -l -p 7777)
+  # a sender that gave up mid-connect (a loaded machine) leaves an empty message: listen again
+  until msg=$(nc -l -p 7777) && [ -n "$msg" ]; do :; done
   echo "rank 0 got: $msg"
 else
   until ip=$(kubectl get pod "$GROUP-0" -o 'jsonpath={.status.podIP}') && [ -n "$ip" ]; do sleep 0.2; done
-  until echo "hello from rank $RANK" | nc -w 2 "$ip" 7777; do sleep 0.2; done
+  until echo "hello from rank $RANK" | nc -w 10 "$ip" 7777; do sleep 0.2; done
   echo "rank $RANK sent to $ip"
 fi
 sleep ${HOLD:-2}
