@@ -125,6 +125,19 @@ def simulate(
             "the forecast places it), or all (the three, side by side). Default: off."
         ),
     ] = "",
+    capture: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file from `phalanx capture`: a what-if replay of that cluster (running work ends at "
+            "its estimate, waiting work is placed by each profile) instead of a trace."
+        ),
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="With --capture: the scheduler whose workloads are replayed.")
+    ] = "default-scheduler",
+    default_runtime: Annotated[
+        float, typer.Option(help="With --capture: seconds a workload without a run-time estimate runs.")
+    ] = 3600.0,
 ) -> None:
     """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
     console = Console(stderr=True)
@@ -148,7 +161,27 @@ def simulate(
         rt = RuntimeModel(
             load_runtime(runtime, {"spread": no_spread, "cache": no_cache, "sharing": no_sharing})
         )
-        if trace is None:
+        if capture is not None:
+            if trace is not None or cluster is not None:
+                raise SpecError("--capture", "replays a captured cluster: drop --trace and --cluster")
+            if not default_runtime > 0:
+                raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
+            from phalanx.cli.whatif import experiment
+            from phalanx.k8s.capture import load as load_capture
+            from phalanx.k8s.config import AdapterConfig
+
+            c = load_capture(capture)
+            cfg = AdapterConfig(scheduler_name=scheduler_name)
+            probe, _ = experiment(c, cfg, [], default_runtime, rt, seeds[0])
+            default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
+            exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seeds[0])
+            if not exp.jobs:
+                raise SpecError(
+                    "--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)"
+                )
+            rep_exps.append(exp)
+            notes += more
+        elif trace is None:
             notes += [
                 "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
                 "and the Tiresias 60-job trace on 16 V100 GPUs; the FGD protocol over seeds 42-51. "
