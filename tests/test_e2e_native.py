@@ -43,9 +43,9 @@ RACK = "topology.phalanx.io/rack"
 @pytest.fixture(scope="module")
 def native_plane() -> Iterator[ControlPlane]:
     try:
-        cp = ControlPlane(
-            controller_manager=False,
+        cp = ControlPlane(  # kube-controller-manager makes a PodGroup's claims from its templates
             apiserver_args=(f"--feature-gates={GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true"),
+            kcm_args=(f"--feature-gates={GATES}",),
         ).start()
     except Unavailable as e:
         pytest.skip(f"no Kubernetes control plane: {e}")
@@ -246,22 +246,31 @@ def test_disruption_mode_podgroup_preempts_the_whole_gang(kube: Kube) -> None:
         assert c["status"] == "True" and c["reason"] == "PreemptionByScheduler", c
 
 
-def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(kube: Kube) -> None:
+@pytest.mark.parametrize("how", ["resourceClaimName", "resourceClaimTemplateName"])
+def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(kube: Kube, how: str) -> None:
     for c in device_classes():
         kube.create(c)
     for n in ("a", "b"):
         kube.api.create("nodes", node(n, gpus=0, labels={RACK: "r0"}))
         for s in dgx_slices(n):
             kube.create(s)
-    kube.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "shared-nic", "namespace": "default"},
-            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
-        }
-    )
-    claim = [{"name": "net", "resourceClaimName": "shared-nic"}]
+    spec = {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}}
+    if how == "resourceClaimName":
+        meta = {"name": "shared-nic", "namespace": "default"}
+        kube.create(
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "spec": spec}
+        )
+    else:
+        meta = {"name": "nic", "namespace": "default"}
+        kube.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": meta,
+                "spec": {"spec": spec},
+            }
+        )
+    claim = [{"name": "net", how: meta["name"]}]
     group(kube, "pg", 2, resourceClaims=claim)
     for n in ("m-0", "m-1"):
         p = pod(n)
@@ -272,7 +281,8 @@ def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(kube: 
     with running(kube):
         wait_for("both bound", lambda: bound(kube, ["m-0", "m-1"]) == ["m-0", "m-1"], timeout=30)
     assert kube.node_of("m-0") == kube.node_of("m-1")  # where the claim's NIC is
-    status = (kube.get(RESOURCE_CLAIMS, "shared-nic", "default") or {})["status"]
+    (made,) = kube.api.list(RESOURCE_CLAIMS)[0]  # one claim for the group, not one per pod
+    status = made["status"]
     assert len(status["allocation"]["devices"]["results"]) == 1
     uid = (kube.get(PODGROUPS, "pg", "default") or {})["metadata"]["uid"]
     assert status["reservedFor"] == [
