@@ -206,3 +206,35 @@ def test_disruption_mode_podgroup_is_preempted_whole_pod_mode_only_beyond_its_mi
         assert [b.task for b in r.binds] == ["default/high-0"]
         taken[mode] = sorted(e.task for e in r.evictions)
     assert taken == {"Pod": ["default/low-0"], "PodGroup": ["default/low-0", "default/low-1"]}
+
+
+def test_volcano_subgroup_policy_splits_pods_by_label_keys():
+    vc = pod_group(
+        "v",
+        4,
+        api="scheduling.volcano.sh/v1beta1",
+        subGroupPolicy=[
+            {
+                "name": "workers",
+                "subGroupSize": 2,
+                "minSubGroups": 2,
+                "labelSelector": {"matchLabels": {"role": "worker"}},
+                "matchLabelKeys": ["replica"],
+            }
+        ],
+    )
+    ann = {"scheduling.k8s.io/group-name": "v"}
+    pods = [
+        pod(f"w{r}{i}", gpus=2, annotations=ann, labels={"role": "worker", "replica": str(r)})
+        for r in range(2)
+        for i in range(2)
+    ]
+    w = world(pods, [vc])
+    subs = {sg.name: sg.min_available for sg in w.snapshot.workloads["default/v"].workload.subgroups}
+    assert subs == {"workers/0": 2, "workers/1": 2}
+    assert len(cycle(w).binds) == 4
+    w = world(pods[:3], [vc])  # replica 1 has one pod of its two
+    assert "1 more pod in subgroup workers/1" in w.blocked["default/v"][0]
+    vc["spec"]["subGroupPolicy"][0]["minSubGroups"] = 1
+    w = world(pods, [vc])
+    assert "Phalanx places every subgroup" in w.blocked["default/v"][0]

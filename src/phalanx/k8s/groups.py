@@ -168,9 +168,14 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
                 g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
             if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
                 _tenancy_fields(g, spec, kind)
-            g.subgroups = native.read_subgroups(g.pod_group, levels)
-            if g.subgroups:
-                _assign(g, kind)
+            if str(g.pod_group.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
+                members = [(p.key, p.labels) for p in g.pods]
+                g.subgroups = native.volcano_subgroups(g.pod_group, members, g.min_available)
+                _short(g, kind)
+            else:
+                g.subgroups = native.read_subgroups(g.pod_group, levels)
+                if g.subgroups:
+                    _assign(g, kind)
             if g.min_available > have and not g.waiting:  # a subgroup short says more
                 ran = f", {g.ran} more ended" if g.ran else ""
                 g.missing = g.min_available - have
@@ -239,6 +244,11 @@ def _assign(g: Group, kind: str) -> None:
                 f"names no subgroup of {kind} ({name!r}; subgroups: {', '.join(sorted(by_name))})",
             )
         by_name[name].pods.append(p.key)
+    _short(g, kind)
+
+
+def _short(g: Group, kind: str) -> None:
+    """A subgroup short of its minimum: the group waits for pods."""
     short = [
         (sg.name, sg.min_available - len(sg.pods)) for sg in g.subgroups if len(sg.pods) < sg.min_available
     ]

@@ -169,3 +169,48 @@ def read_subgroups(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> l
         size = whole_number(s.get("minMember", 1), f"{where}.minMember", 1)
         out.append(SubGroupOf(str(s["name"]), size, topo))
     return out
+
+
+def volcano_subgroups(
+    pg: dict[str, Any], pods: list[tuple[str, dict[str, str]]], min_member: int
+) -> list[SubGroupOf]:
+    """Volcano's `spec.subGroupPolicy[]` (1.14): pods matching an entry's `labelSelector.matchLabels`,
+    split by the values of its `matchLabelKeys`, form subgroups of `subGroupSize` pods each (the
+    minimum). Phalanx needs every subgroup an entry forms (`minSubGroups` below their count is
+    refused, said so); `networkTopology` (HyperNode tiers) is not read. Pods no entry selects form
+    one more subgroup with what `minMember` leaves."""
+    meta = pg.get("metadata") or {}
+    kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    out: list[SubGroupOf] = []
+    taken: set[str] = set()
+    for k, e in enumerate((pg.get("spec") or {}).get("subGroupPolicy") or []):
+        where = f"{kind}: spec.subGroupPolicy[{k}]"
+        if not isinstance(e, dict) or not e.get("name"):
+            raise SpecError(where, "needs a name")
+        sel = e.get("labelSelector") or {}
+        if sel.get("matchExpressions"):
+            raise SpecError(f"{where}.labelSelector", "only matchLabels is read")
+        match = {str(a): str(b) for a, b in (sel.get("matchLabels") or {}).items()}
+        split_by = [str(x) for x in e.get("matchLabelKeys") or []]
+        size = whole_number(e.get("subGroupSize", 1), f"{where}.subGroupSize", 1)
+        parts: dict[str, list[str]] = {}
+        for key, labels in pods:
+            if key not in taken and all(labels.get(a) == b for a, b in match.items()):
+                parts.setdefault("/".join(labels.get(x, "") for x in split_by), []).append(key)
+                taken.add(key)
+        want = whole_number(e.get("minSubGroups", len(parts) or 1), f"{where}.minSubGroups", 0)
+        if parts and want < len(parts):
+            raise SpecError(
+                f"{where}.minSubGroups",
+                f"{want} of the {len(parts)} subgroups it forms: Phalanx places every subgroup "
+                f"(set it to {len(parts)})",
+            )
+        for value, keys in sorted(parts.items()):
+            out.append(SubGroupOf(f"{e['name']}/{value}" if split_by else str(e["name"]), size, None, keys))
+        for j in range(len(parts), want):  # subgroups whose pods do not exist yet
+            out.append(SubGroupOf(f"{e['name']}/#{j}", size, None, []))
+    rest = [key for key, _ in pods if key not in taken]
+    if rest:
+        need = max(1, min(len(rest), min_member - sum(sg.min_available for sg in out)))
+        out.append(SubGroupOf("(not in a subGroupPolicy)", need, None, rest))
+    return out
