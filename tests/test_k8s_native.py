@@ -11,6 +11,7 @@ from kube_objects import node, pod, pod_group
 from phalanx.core.cycle import run_cycle
 from phalanx.k8s import native
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.lifecycle import gang_status
 from phalanx.k8s.world import build_world
 from phalanx.profiles import load_profile
 
@@ -238,3 +239,9 @@ def test_volcano_subgroup_policy_splits_pods_by_label_keys():
     vc["spec"]["subGroupPolicy"][0]["minSubGroups"] = 1
     w = world(pods, [vc])
     assert "Phalanx places every subgroup" in w.blocked["default/v"][0]
+
+
+def test_a_native_podgroup_without_pods_yet_shows_its_min_count():
+    w = world([], [native_group("empty", 3)])
+    st = gang_status(w, "default/empty")
+    assert st is not None and (st.phase, st.min_member, st.missing) == ("Pending", 3, 3)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from phalanx.k8s.native import is_native
 from phalanx.k8s.world import World
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")
@@ -84,8 +85,14 @@ def gang_status(world: World, name: str, bound_now: Collection[str] = ()) -> Gan
         pg = world.pod_groups.get(name)
         if pg is None:
             return None
+        spec = pg.get("spec") or {}
+        raw = (  # Kubernetes' own PodGroup: its gang policy's minCount
+            ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount", 1)
+            if is_native(pg)
+            else spec.get("minMember", 1)
+        )
         try:
-            min_member = max(1, int((pg.get("spec") or {}).get("minMember", 1)))
+            min_member = max(1, int(raw))
         except (TypeError, ValueError):
             min_member = 1
         pods = []
