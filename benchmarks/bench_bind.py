@@ -8,6 +8,13 @@ QPS (50) and with a raised one; Phalanx runs as its own process (`phalanx schedu
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py compare [--nodes 1000 --pods 4000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py scale   [--nodes 5000 --pods 20000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py kill    [--nodes 1000 --pods 4000]
+    PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py latency [--nodes 1000,2000,5000 --rate 40]
+
+`latency` (issue 25): N nodes already running 4 one-GPU pods each; once the scheduler has placed
+a warm-up pod, one-GPU pods arrive at --rate per second for --seconds; each pod's create->bind
+time is the client clock from just before its create to the watch showing it bound. Phalanx
+(the default profile, as users get it) and kube-scheduler (QPS 2000) on the same cluster shape,
+one after the other, with Phalanx's cycle split into read / decide / act / report from /metrics.
 
 `scale` reports Phalanx's cycle times (from its /metrics), its peak memory and the end-to-end
 time. `kill` sends SIGKILL to Phalanx in the middle of a burst with gangs in it, starts it
@@ -27,6 +34,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import httpx2 as httpx
 
 from phalanx.k8s.api import Api
 from phalanx.k8s.kinds import PODS
@@ -73,6 +82,7 @@ class BindCounter(threading.Thread):
         super().__init__(daemon=True)
         self.api, self.want = api, want
         self.bound: dict[str, str] = {}
+        self.at: dict[str, float] = {}  # when the watch showed each pod bound (monotonic)
         self.first = self.last = 0.0
         self.done = threading.Event()
         _, self.rv = api.list(PODS)
@@ -86,6 +96,7 @@ class BindCounter(threading.Thread):
                 if typ != "DELETED" and node_name and name not in self.bound:
                     self.bound[name] = node_name
                     now = time.monotonic()
+                    self.at[name] = now
                     self.first = self.first or now
                     self.last = now
                     if len(self.bound) >= self.want:
@@ -150,7 +161,7 @@ def run_one(
             proc.terminate()
             proc.wait(timeout=30)
             log = (cp.dir / "logs" / "phalanx.log").read_text(errors="replace")
-            out["cycles"] = [float(x) for x in re.findall(r"cycle: .*\((\d+\.\d+) s\)", log)]
+            out["cycles"] = [float(x) for x in re.findall(r"cycle: .*\((\d+\.\d+) s[:)]", log)]
         api.close()
         return out
 
@@ -233,22 +244,135 @@ def kill(nodes: int, pods: int, gang: int = 4) -> None:
         raise SystemExit(1)
 
 
+def running_pods(api: Api, nodes: int, per_node: int, scheduler: str) -> None:
+    """`per_node` one-GPU pods on each node, bound at creation (spec.nodeName): the work running."""
+    with ThreadPoolExecutor(32) as ex:
+
+        def make(k: int) -> None:
+            p = pod(f"r{k:06d}", gpus=1, cpu="1", mem="1Gi", scheduler=scheduler, node=f"n{k % nodes:05d}")
+            p["metadata"].pop("uid")
+            api.create(PODS, p, "default")
+
+        list(ex.map(make, range(nodes * per_node)))
+
+
+def phase_sums(port: int) -> dict[str, tuple[float, float]]:
+    """Phalanx's phalanx_cycle_phase_seconds per phase: (sum, count), from its /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: dict[str, list[float]] = {}
+    for m in re.finditer(r'phalanx_cycle_phase_seconds_(sum|count)\{phase="(\w+)"\} ([0-9.e+-]+)', text):
+        out.setdefault(m.group(2), [0.0, 0.0])[["sum", "count"].index(m.group(1))] = float(m.group(3))
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+PHASES = ("read", "decide", "act", "report")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: float) -> dict[str, Any]:
+    sched = "phalanx" if name == "phalanx" else "default-scheduler"
+    arrivals = int(rate * seconds)
+    with ControlPlane(controller_manager=False) as cp:
+        api = Api.connect(kubeconfig=str(cp.kubeconfig))
+        populate(api, nodes, 0)
+        running_pods(api, nodes, per_node, sched)
+        counter = BindCounter(api, arrivals + 1)
+        counter.start()
+        port = free_port()
+        proc = None
+        if name == "phalanx":
+            proc = start_phalanx(cp, port, ("--profile", "phalanx-queues", "--insecure-metrics"))
+        else:
+            cp.start_scheduler(qps=2000)
+        warm = pod("warm-up", gpus=1, scheduler=sched)
+        warm["metadata"].pop("uid")
+        api.create(PODS, warm, "default")
+        deadline = time.monotonic() + 600
+        while "warm-up" not in counter.at and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = phase_sums(port) if proc else {}
+        sent: dict[str, float] = {}
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as ex:
+            for k in range(arrivals):
+                time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
+                p = pod(f"a{k:05d}", gpus=1, cpu="1", mem="1Gi", scheduler=sched)
+                p["metadata"].pop("uid")
+                sent[p["metadata"]["name"]] = time.monotonic()
+                ex.submit(api.create, PODS, p, "default")
+        counter.wait(120)
+        lat = [counter.at[n] - t for n, t in sent.items() if n in counter.at]
+        out: dict[str, Any] = {
+            "scheduler": name if proc else f"{name} (QPS 2000)",
+            "nodes": nodes,
+            "bound": len(lat),
+            "arrived": arrivals,
+            "p50": pct(lat, 0.5),
+            "p99": pct(lat, 0.99),
+            "max": max(lat, default=float("nan")),
+        }
+        if proc is not None:
+            after = phase_sums(port)
+            cycles = after.get("read", (0.0, 0.0))[1] - before.get("read", (0.0, 0.0))[1]
+            out["cycles"] = cycles
+            out["phases_ms"] = {
+                k: 1000 * (after[k][0] - before.get(k, (0.0, 0.0))[0]) / max(cycles, 1) for k in after
+            }
+            out["peak_rss_mib"] = rss_peak_mib(proc.pid)
+            proc.terminate()
+            proc.wait(timeout=30)
+        api.close()
+        return out
+
+
+def latency(sizes: list[int], rate: float, seconds: float, per_node: int) -> None:
+    print(f"create->bind, one-GPU pods at {rate:g}/s for {seconds:g} s, {per_node} running per node")
+    head = (
+        f"{'scheduler':<26} {'nodes':>6} {'running':>8} {'bound':>9} {'p50 s':>7} {'p99 s':>7} {'max s':>7}"
+    )
+    print(head + "  phalanx cycle, mean ms: read / decide / act / report (cycles)")
+    for n in sizes:
+        for name in ("kube-scheduler", "phalanx"):
+            r = run_latency(name, n, per_node, rate, seconds)
+            line = (
+                f"{r['scheduler']:<26} {n:>6} {n * per_node:>8} {r['bound']:>4}/{r['arrived']:<4} "
+                f"{r['p50']:>7.3f} {r['p99']:>7.3f} {r['max']:>7.3f}"
+            )
+            if "phases_ms" in r:
+                ph = r["phases_ms"]
+                split = " / ".join(
+                    f"{ph.get(k, float('nan')):.1f}" for k in ("read", "decide", "act", "report")
+                )
+                line += f"  {split} ({r['cycles']:.0f}); peak RSS {r['peak_rss_mib']:.0f} MiB"
+            print(line, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["compare", "scale", "kill"])
-    ap.add_argument("--nodes", type=int)
+    ap.add_argument("what", choices=["compare", "scale", "kill", "latency"])
+    ap.add_argument("--nodes", help="a count, or for latency a comma-separated list")
     ap.add_argument("--pods", type=int)
+    ap.add_argument("--rate", type=float, default=40.0, help="latency: pods created per second")
+    ap.add_argument("--seconds", type=float, default=30.0, help="latency: how long pods arrive")
+    ap.add_argument("--running", type=int, default=4, help="latency: pods already running per node")
     a = ap.parse_args()
     if not os.environ.get("PHALANX_K8S_ASSETS"):
         raise SystemExit(
             "set PHALANX_K8S_ASSETS to the folder of the Kubernetes binaries (../shared/k8s/unpack.sh)"
         )
-    if a.what == "compare":
-        compare(a.nodes or 1000, a.pods or 4000)
+    sizes = [int(x) for x in (a.nodes or "").split(",") if x.strip()]
+    if a.what == "latency":
+        latency(sizes or [1000, 2000, 5000], a.rate, a.seconds, a.running)
+    elif a.what == "compare":
+        compare(sizes[0] if sizes else 1000, a.pods or 4000)
     elif a.what == "scale":
-        scale(a.nodes or 5000, a.pods or 20000)
+        scale(sizes[0] if sizes else 5000, a.pods or 20000)
     else:
-        kill(a.nodes or 1000, a.pods or 4000)
+        kill(sizes[0] if sizes else 1000, a.pods or 4000)
 
 
 if __name__ == "__main__":

@@ -288,6 +288,14 @@ def test_metrics_and_health_endpoints(fake):
     text = httpx2.get(f"{base}/metrics").text
     assert "phalanx_binds_total 1.0" in text and "phalanx_cycle_seconds_count 1.0" in text
     assert 'phalanx_pool_gpu_allocated_ratio{pool="H100"} 0.125' in text
+    # the cycle by phase: each observed once, and the phases add up to the cycle
+    import re
+
+    sums = dict(re.findall(r'phalanx_cycle_phase_seconds_sum\{phase="(\w+)"\} (\S+)', text))
+    assert sorted(sums) == ["act", "decide", "read", "report"]
+    assert all(f'phalanx_cycle_phase_seconds_count{{phase="{k}"}} 1.0' in text for k in sums)
+    (total,) = re.findall(r"phalanx_cycle_seconds_sum (\S+)", text)
+    assert abs(sum(float(v) for v in sums.values()) - float(total)) < 1e-6
     server.shutdown()
     s.stop()
 

@@ -166,8 +166,10 @@ class Scheduler:
         out = Outcome()
         for task in world.stale_intents:
             self.executor.clear_intent(task)
+        t_read = time.perf_counter()
         # applied: queue status and metrics show the cycle's outcome
         result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        t_decide = time.perf_counter()
         self._reservations(world, out)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         self.executor.claims = {object_key(c): c for c in dra.claims}
@@ -180,6 +182,7 @@ class Scheduler:
             out.merge(self.executor.apply(result, uids, pod_objects))
         finally:
             self.explainer.writer.resume()
+        t_act = time.perf_counter()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
             self.assumed[task] = (binds[task], now)
@@ -213,16 +216,22 @@ class Scheduler:
         held = _held(result, out, binds)
         self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound)
         self._board(world, result, out, binds, insight, now)
-        seconds = time.perf_counter() - t0
+        t_end = time.perf_counter()
+        seconds = t_end - t0
+        phases = {"read": t_read - t0, "decide": t_decide - t_read, "act": t_act - t_decide}
+        phases["report"] = t_end - t_act
+        for name, took in phases.items():
+            self.metrics.phase.labels(name).observe(took)
         self._metrics(world, result, out, seconds)
         if out.bound or out.evicted or out.broken:
             log.info(
-                "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s)",
+                "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",
                 len(out.bound),
                 len(out.evicted),
                 len(out.broken),
                 len(result.pending) + len(world.blocked),
                 seconds,
+                ", ".join(f"{k} {v:.3f}" for k, v in phases.items()),
             )
         return StepReport(world, result, out)
 

@@ -40,6 +40,14 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
             registry=r,
         )
+        self.phase = Histogram(
+            "phalanx_cycle_phase_seconds",
+            "One cycle's time by phase: read (the store into a snapshot), decide (the core), act (binds "
+            "and evictions), report (forecasts, explanations, the dashboard)",
+            ["phase"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+            registry=r,
+        )
         self.pending = Gauge("phalanx_pending_workloads", "Workloads waiting to be placed", registry=r)
         self.binds = Counter("phalanx_binds_total", "Pods bound", registry=r)
         self.evictions = Counter("phalanx_evictions_total", "Pods evicted", registry=r)
