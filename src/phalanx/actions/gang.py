@@ -110,7 +110,10 @@ def _place_gang(
     try many times and only need to know whether the gang fits.
     """
     planner = session.profile.gang_planner
-    domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
+    if entry.workload.subgroups:  # each subgroup packs itself, inside the workload's own level
+        domains = iter(subgroups.outer_domains(session, entry, tasks))
+    else:
+        domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
     for dom in domains:
         stmt = session.statement() if outer is None else outer

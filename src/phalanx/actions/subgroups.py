@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
+from phalanx.core.extension import Domain
 from phalanx.core.feasibility import UNBOUNDED, node_capacity
 from phalanx.core.model import SubGroup, Task, TaskRequest
 from phalanx.core.session import Session
@@ -19,6 +20,7 @@ from phalanx.core.snapshot import WorkloadEntry
 from phalanx.core.statement import Statement
 
 MAX_DOMAINS = 8  # per subgroup and outer domain: enough to step around a busy rack, bounded work
+MAX_OUTER = 32  # domains of the workload's own level tried, tightest first
 
 
 def split(entry: WorkloadEntry, order: list[Task]) -> tuple[list[Task], list[Task]]:
@@ -73,6 +75,47 @@ def place(
     return None, placed
 
 
+def outer_domains(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> list[Domain]:
+    """Where the whole workload may go: the domains of its own level (`Workload.topology`) that
+    could hold all its tasks, tightest first, then (unless required) the cluster. Not the gang
+    planner's narrowest-first packing: the subgroups pack themselves, and a domain that holds the
+    sum of the tasks may still not hold each subgroup in one of its own domains, so more of them
+    are tried than the planner's few."""
+    topo = entry.workload.topology
+    cluster = Domain("cluster", "", None)
+    if topo is None:
+        return [cluster]
+    s = session.snapshot
+    level = "node" if topo.level == "hostname" else topo.level
+    if level != "node" and level not in s.topology_levels:
+        known = ", ".join(["node", *reversed(s.topology_levels)])
+        none = np.zeros(len(s.cluster), dtype=np.bool_)
+        return [Domain(topo.level, f"unknown level (known: {known})", none, required=topo.required)]
+    dom = s.domains(level)
+    order = _fitting(session, dom, tasks, None)[:MAX_OUTER]
+    out = []
+    for d in order:
+        mask = dom == d
+        node = s.nodes[int(np.argmax(mask))]
+        label = node.name if level == "node" else node.topology.get(level, node.name)
+        out.append(Domain(level, label, mask, required=topo.required))
+    return out if topo.required else [*out, cluster]
+
+
+def _fitting(session: Session, dom: np.ndarray, tasks: list[Task], within: BoolArray | None) -> np.ndarray:
+    """Domain ids (of `dom`) whose free capacity within `within` could hold `tasks`, tightest first."""
+    s = session.snapshot
+    ndom = int(dom.max()) + 1 if len(dom) else 0
+    fits = np.ones(ndom, dtype=np.bool_)
+    slack = np.zeros(ndom, dtype=np.float64)
+    for req, n in _shapes(session, tasks):
+        cap = node_capacity(s, req) if within is None else np.where(within, node_capacity(s, req), 0)
+        fits &= np.bincount(dom, weights=np.minimum(cap, n), minlength=ndom) >= n
+        slack += np.bincount(dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom)
+    cand = np.nonzero(fits)[0]
+    return np.asarray(cand[np.lexsort((cand, slack[cand]))])
+
+
 def domains(
     session: Session, entry: WorkloadEntry, sg: SubGroup, tasks: list[Task], mask: BoolArray | None
 ) -> list[BoolArray | None]:
@@ -90,15 +133,7 @@ def domains(
     here = [a.node for a in entry.bound.values() if a.task.podset in sg.podsets]
     if here and topo.required:  # a running subgroup grows only inside its domain
         return [within & (dom == dom[here[0]])]
-    ndom = int(dom.max()) + 1 if len(dom) else 0
-    fits = np.ones(ndom, dtype=np.bool_)
-    slack = np.zeros(ndom, dtype=np.float64)
-    for req, n in _shapes(session, tasks):
-        cap = np.where(within, node_capacity(s, req), 0)
-        fits &= np.bincount(dom, weights=np.minimum(cap, n), minlength=ndom) >= n
-        slack += np.bincount(dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom)
-    cand = np.nonzero(fits)[0]
-    order = cand[np.lexsort((cand, slack[cand]))][:MAX_DOMAINS]
+    order = _fitting(session, dom, tasks, within)[:MAX_DOMAINS]
     out: list[BoolArray | None] = [within & (dom == d) for d in order]
     if not topo.required:
         out.append(mask)
