@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from e2e_kube import ROOT, SERVICE_ACCOUNTS, Kube, wait_for
+from e2e_kube import ROOT, SERVICE_ACCOUNTS, Kube, phalanx, wait_for
 from helm_chart import render
 from kube_objects import node, pod, pod_group
 from phalanx.k8s.api import Api
@@ -154,6 +154,20 @@ def test_shadow_beside_kube_scheduler_binds_nothing_and_counts_right(kube: Kube)
         t.join(timeout=10)
         server.shutdown()
         api.close()
+    # the command itself, with the same read-only rights: it starts, watches, and says what it does
+    proc = phalanx("scheduler", "--shadow", "--kubeconfig", cfg_path, "--port", "0", "--insecure-metrics",
+                   "--cycle-seconds", "0.2")  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = ""
+        for line in proc.stdout:
+            if "shadow mode: watching the pods of 'default-scheduler'" in line or "Error" in line:
+                break
+        assert "binding and evicting nothing" in line, line
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=20)[0]
+    assert "forbidden" not in rest.lower() and "Traceback" not in rest, rest
     writes = [(m, p) for m, p in rec.sent if m != "GET"]
     assert not writes, f"the shadow sent writes: {writes}"
     assert not [
