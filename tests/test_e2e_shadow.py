@@ -60,6 +60,8 @@ def _read_only(kube: Kube) -> tuple[str, list[dict[str, Any]]]:
     for d in docs:
         if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
             kube.apply(d)
+        else:  # the Deployment: validated by the real server (no kubelet here to run it)
+            kube.apply(d, dry_run=True)
         if d["kind"] == "ClusterRole":
             rules = d["rules"]
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]
