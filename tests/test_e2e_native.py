@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from dra_kube import device_classes, dgx_slices
-from e2e_kube import Kube, running, wait_for
+from e2e_kube import ROOT, Kube, running, wait_for
 from kube_objects import node, pod
 from phalanx.k8s.api import NotFound
-from phalanx.k8s.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from phalanx.k8s.kinds import DEVICE_CLASSES, OUR_POD_GROUPS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from phalanx.k8s.localcluster import ControlPlane, Unavailable
 
 pytestmark = pytest.mark.e2e
@@ -49,6 +49,9 @@ def native_plane() -> Iterator[ControlPlane]:
         ).start()
     except Unavailable as e:
         pytest.skip(f"no Kubernetes control plane: {e}")
+    k = Kube(cp)  # our CRDs too: our PodGroup's subGroups on the real server
+    k.install_crds(sorted((ROOT / "deploy" / "helm" / "phalanx" / "crds").glob("*.yaml")))
+    k.close()
     yield cp
     cp.stop()
 
@@ -61,6 +64,7 @@ def kube(native_plane: ControlPlane) -> Iterator[Kube]:
         WORKLOADS,
         Kind("", "v1", "pods", True, "Pod"),
         Kind("", "v1", "nodes", False, "Node"),
+        OUR_POD_GROUPS,
         RESOURCE_CLAIMS,
         RESOURCE_SLICES,
         DEVICE_CLASSES,
@@ -288,3 +292,40 @@ def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(kube: 
     assert status["reservedFor"] == [
         {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": uid}
     ]
+
+
+def test_our_podgroup_subgroups_are_placed_both_or_neither(kube: Kube) -> None:
+    nodes(kube, 2)
+    sub = "phalanx.io/subgroup"
+    kube.create(
+        {
+            "apiVersion": "scheduling.phalanx.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "srv", "namespace": "default"},
+            "spec": {
+                "minMember": 3,
+                "subGroups": [
+                    {"name": "prefill", "minMember": 1},
+                    {"name": "decode", "minMember": 2, "topology": {"level": "rack", "required": True}},
+                ],
+            },
+        }
+    )
+    names = {"pf-0": "prefill", "dc-0": "decode", "dc-1": "decode"}
+    for n, sg in names.items():
+        kube.create(pod(n, gpus=4, labels={"phalanx.io/pod-group": "srv", sub: sg}))
+
+    def scheduled() -> dict[str, Any]:
+        conds = ((kube.get(OUR_POD_GROUPS, "srv", "default") or {}).get("status") or {}).get(
+            "conditions"
+        ) or []
+        return next((c for c in conds if c["type"] == "Scheduled"), {})
+
+    with running(kube):
+        c = wait_for("Scheduled False", lambda: scheduled().get("status") == "False" and scheduled())
+        assert "multi-level gang" in c["message"], c
+        time.sleep(1.0)
+        assert bound(kube, list(names)) == []
+        kube.api.create("nodes", node("n2", gpus=4, labels={RACK: "r1"}))
+        wait_for("all bound", lambda: bound(kube, list(names)) == list(names))
+    assert kube.node_of("dc-0") != "n2" or kube.node_of("dc-1") != "n2"  # one node of 4 GPUs each

@@ -110,3 +110,34 @@ def test_no_partial_gang_at_any_level(ns, first, later, profile, data):
         result = run_cycle(snap, prof, float(k), rng)
         snap.apply(result, float(k))
         check_levels(snap)
+
+
+def test_a_subgroup_that_fits_nowhere_sends_the_one_before_it_elsewhere():
+    """A (2 x 2 GPUs) takes rack r0 first (tie, lowest id); B (1 x 4 GPUs) then fits in no rack;
+    A is tried in r1 instead, and B takes r0's node."""
+    gpus = {"n0": 4, "n1": 2, "n2": 2}
+    racks = {"n0": "r0", "n1": "r1", "n2": "r1"}
+    ns = [
+        Node(
+            n,
+            16_000,
+            64 * 1024,
+            topology={"rack": racks[n]},
+            gpus=tuple(Gpu(j, "H100", 81920) for j in range(k)),
+        )
+        for n, k in gpus.items()
+    ]
+    rack = TopologyConstraint("rack", True)
+    w = Workload(
+        "w",
+        (
+            PodSet("a", 2, TaskRequest(1000, 1024, GpuRequest.whole(2))),
+            PodSet("b", 1, TaskRequest(1000, 1024, GpuRequest.whole(4))),
+        ),
+        subgroups=(SubGroup("a", ("a",), 2, rack), SubGroup("b", ("b",), 1, rack)),
+    )
+    snap = Snapshot(ns, [w], topology_levels=["rack"])
+    r = run_cycle(snap, load_profile("phalanx"), 0.0, np.random.default_rng(0))
+    where = {b.task.split("/")[-1]: b.node for b in r.binds}
+    assert where == {"a-0": where["a-0"], "a-1": where["a-1"], "b-0": "n0"}
+    assert {where["a-0"], where["a-1"]} == {"n1", "n2"}

@@ -21,6 +21,7 @@ from phalanx.core.statement import Statement
 
 MAX_DOMAINS = 8  # per subgroup and outer domain: enough to step around a busy rack, bounded work
 MAX_OUTER = 32  # domains of the workload's own level tried, tightest first
+MAX_TRIES = 64  # subgroup placements per domain of the workload (backtracking included)
 
 
 def split(entry: WorkloadEntry, order: list[Task]) -> tuple[list[Task], list[Task]]:
@@ -49,30 +50,60 @@ def place(
     session: Session, entry: WorkloadEntry, tasks: list[Task], stmt: Statement, mask: BoolArray | None
 ) -> tuple[Task | None, int]:
     """Place `tasks` (from `split`) subgroup by subgroup inside `mask`; (the task that failed, or
-    None, and how many were placed). On failure the caller rolls `stmt` back: nothing stays."""
-    w = entry.workload
-    placed = 0
-    for sg in w.subgroups:
-        mine = [t for t in tasks if t.podset in sg.podsets]
-        if not mine:
-            continue
-        failed: Task | None = mine[0]
-        for dom in domains(session, entry, sg, mine, mask):
-            start = stmt.checkpoint()
-            ok = 0
-            failed = None
-            for t in mine:
-                if session.place(t, stmt, dom) is None:
-                    failed = t
-                    break
-                ok += 1
-            if failed is None:
-                placed += ok
+    None, and how many were placed in the try that got furthest). On failure the caller rolls
+    `stmt` back: nothing stays.
+
+    Subgroups with a required level go first (the most GPUs first), then the others. A subgroup
+    that fits in no domain of its own sends the one before it to its next domain (backtracking,
+    at most `MAX_TRIES` subgroup placements per call)."""
+    order = sorted(
+        _by_demand(entry.workload.subgroups, tasks),
+        key=lambda sg: 0 if sg.topology is not None and sg.topology.required else 1,
+    )  # stable: by demand within each kind
+    groups = [(sg, mine) for sg in order if (mine := [t for t in tasks if t.podset in sg.podsets])]
+    best: list[tuple[int, Task | None]] = [(-1, None)]
+    if not groups:
+        return None, 0
+    if _from(session, entry, groups, 0, 0, stmt, mask, [MAX_TRIES], best):
+        return None, len(tasks)
+    return best[0][1] or groups[0][1][0], max(0, best[0][0])
+
+
+def _from(
+    session: Session,
+    entry: WorkloadEntry,
+    groups: list[tuple[SubGroup, list[Task]]],
+    k: int,
+    placed: int,
+    stmt: Statement,
+    mask: BoolArray | None,
+    budget: list[int],
+    best: list[tuple[int, Task | None]],
+) -> bool:
+    """Place groups[k:] (groups[:k] are placed, `placed` tasks); True when all are."""
+    if k == len(groups):
+        return True
+    sg, mine = groups[k]
+    for dom in domains(session, entry, sg, mine, mask):
+        if budget[0] <= 0:
+            break
+        budget[0] -= 1
+        start = stmt.checkpoint()
+        ok = 0
+        failed: Task | None = None
+        for t in mine:
+            if session.place(t, stmt, dom) is None:
+                failed = t
                 break
-            stmt.rollback(start)
-        if failed is not None:
-            return failed, placed
-    return None, placed
+            ok += 1
+        if failed is None and _from(session, entry, groups, k + 1, placed + ok, stmt, mask, budget, best):
+            return True
+        if failed is not None and placed + ok > best[0][0]:
+            best[0] = (placed + ok, failed)
+        stmt.rollback(start)
+    if best[0][0] < placed:  # no domain at all for this subgroup
+        best[0] = (placed, mine[0])
+    return False
 
 
 def outer_domains(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> list[Domain]:
