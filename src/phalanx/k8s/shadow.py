@@ -228,8 +228,9 @@ class Shadow:
             self.tally[(v.verdict, v.reason)] = self.tally.get((v.verdict, v.reason), 0) + 1
             self.decisions.labels(v.verdict, v.reason).inc()
             self.verdicts.appendleft(v)
-            where = f"{v.real} (Phalanx: {v.ours or 'wait'})"
-            self.board.remember(now, f"shadow {v.verdict}", v.pod, where, v.reason)
+            self.board.remember(
+                now, f"shadow {v.verdict}", v.pod, v.real, f"Phalanx: {v.ours or 'wait'}; {v.reason}"
+            )
             log.info(
                 "shadow: %s %s on %s, Phalanx: %s (%s)", v.verdict, v.pod, v.real, v.ours or "wait", v.reason
             )

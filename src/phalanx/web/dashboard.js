@@ -41,9 +41,15 @@ function overview(s) {
       <td class="why">${esc(p.why)}</td><td class="why">${esc(p.forecast || "-")}</td></tr>`).join("")}</table></div>`
     : `<p class="note">Nothing waits.</p>`;
   const recent = s.recent.length ? `<div class="scroll"><table id="recent"><tr><th>time</th><th>what</th><th>pod</th><th>where</th><th>why</th></tr>${
-    s.recent.slice(0, 50).map(r => `<tr><td>${when(r.t)}</td><td><span class="tag ${r.kind === "bound" ? "ok" : "warn"}">${esc(r.kind)}</span></td>
+    s.recent.slice(0, 50).map(r => `<tr><td>${when(r.t)}</td><td><span class="tag ${r.kind === "bound" || r.kind === "shadow agree" ? "ok" : "warn"}">${esc(r.kind)}</span></td>
       <td>${esc(r.what)}</td><td>${r.where ? link("node", r.where) : "-"}</td><td class="why">${esc(r.why)}</td></tr>`).join("")}</table></div>`
     : `<p class="note">No decisions yet.</p>`;
+  const sh = s.shadow && s.shadow.scheduler ? s.shadow : null;  // `phalanx scheduler --shadow`
+  const shadow = sh ? `<section id="shadow"><h2>Shadow of ${esc(sh.scheduler)}</h2><p>${sh.judged} placement(s) judged, ${sh.agreed} agreed
+    (Phalanx binds nothing here).</p><div class="scroll"><table><tr><th>verdict</th><th>reason</th><th class="num">pods</th></tr>${
+    sh.by_reason.map(r => `<tr><td><span class="tag ${r.verdict === "agree" ? "ok" : "warn"}">${esc(r.verdict)}</span></td><td>${esc(r.reason)}</td>
+      <td class="num">${r.pods}</td></tr>`).join("")}</table></div>${Object.entries(sh.partial_gangs).map(([g, t]) =>
+    `<p class="why">gang placed partially: ${esc(g)}: ${esc(t)}</p>`).join("")}</section>` : "";
   const problems = s.problems.length ? `<section><h2>Objects left out</h2><ul>${s.problems.map(p => `<li>${esc(p)}</li>`).join("")}</ul></section>` : "";
   return `<div class="cards">
       <div class="card"><div class="v" id="gpus-used">${num(sum.gpus_used)} / ${sum.gpus}</div><div class="k">GPUs in use</div></div>
@@ -55,7 +61,7 @@ function overview(s) {
       <div class="scroll"><table><tr><th>pool</th><th class="num">nodes</th><th class="num">GPUs</th><th class="num">in use</th><th></th></tr>${pools}</table></div>${maps}</section>
     <section><h2>Waiting workloads</h2>${pending}</section>
     <section><h2>Queues</h2>${queues}</section>
-    <section><h2>Recent decisions</h2>${recent}</section>${problems}`;
+    ${shadow}<section><h2>Recent decisions</h2>${recent}</section>${problems}`;
 }
 
 function nodeView(d) {
