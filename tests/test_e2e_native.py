@@ -149,6 +149,7 @@ def test_unfit_gang_binds_nothing_and_says_why(kube: Kube) -> None:
             lambda: condition(kube, "big").get("status") == "False" and condition(kube, "big"),
         )
         assert c["reason"] == "Unschedulable" and "2 of 3 placed" in c["message"], c
+        assert "no start forecast: does not fit even when everything running has ended" in c["message"]
         time.sleep(1.0)
         assert bound(kube, names) == []  # not 2 of 3: the partial gang the issue measured
 

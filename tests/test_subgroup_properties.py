@@ -89,7 +89,7 @@ def check_levels(snap: Snapshot) -> None:
                 assert len(doms) == 1, f"subgroup {e.name}/{sg.name} spans {doms}"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ns=cluster(),
     first=st.lists(st.integers(0, 9), min_size=1, max_size=4),
