@@ -393,3 +393,30 @@ def test_a_refused_eviction_keeps_the_preemptor_off_the_node(fake):
     report = step(s, fake)  # ...and once the victim is gone, the preemptor is bound
     assert report.outcome.bound == ["default/high"]
     assert any(r == "Preempted" for r, _ in events(fake, "low"))
+
+
+def test_a_quiet_cluster_is_not_cycled_again_until_something_changes(fake):
+    """Issue 25: a cycle with nothing new costs nothing; anything waiting keeps the cycles coming."""
+    cluster(fake, 1)
+    fake.put(pod("p", gpus=1))
+    s = scheduler(fake)
+    step(s, fake)  # binds p: the next cycle must run (the bind is assumed until the watch shows it)
+    assert not s.quiet()
+    step(s, fake)  # sees p bound, nothing waits
+    assert s.quiet()
+    fake.put(pod("big", gpus=16))  # never fits: it waits, and a waiting pod keeps cycles coming
+    deadline = time.monotonic() + 5
+    while s.quiet() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not s.quiet()  # the store changed
+    step(s, fake)
+    assert not s.quiet()  # `big` waits: its reasons and forecasts move with the clock
+    fake.delete("v1", "pods", "big", "default")
+    deadline = time.monotonic() + 5
+    while any(p["metadata"]["name"] == "big" for p in s.store.items("pods")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    step(s, fake)
+    assert s.quiet()
+    s.last_cycle -= s.cfg.quiet_recheck_s  # and a quiet cluster is still looked at now and then
+    assert not s.quiet()
+    s.stop()

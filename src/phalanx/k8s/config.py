@@ -40,6 +40,8 @@ class AdapterConfig:
     leader_elect: bool = True
     lease_seconds: int = 15  # a replica takes over after this long without a renewal
     cycle_seconds: float = 1.0
+    # a quiet cluster (nothing waiting, nothing changed) is looked at again at least this often
+    quiet_recheck_s: float = 30.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)

@@ -96,6 +96,9 @@ class Scheduler:
         self.board = Board(pool_label=cfg.pool_label)
         self.last_insight: dict[str, str] = {}
         self.staging = StageRequests(api, cfg.stage_ahead_s)
+        # the store's generation when a cycle left nothing to do (None: the next cycle must run)
+        self.quiet_at: int | None = None
+        self.last_cycle = 0.0  # monotonic time of the last cycle run
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -133,19 +136,36 @@ class Scheduler:
             self.metrics.leader.set(1 if leading else 0)
             if not leading:
                 self.service_loaded = False  # another leader went on: read its record when we lead
+                self.quiet_at = None
             if leading and self.ready():
-                try:
-                    self.step()
-                except Exception:  # a bad cycle must not kill the scheduler
-                    log.exception("cycle failed")
+                if self.quiet():
+                    self.metrics.skipped.inc()
+                else:
+                    try:
+                        self.step()
+                    except Exception:  # a bad cycle must not kill the scheduler
+                        self.quiet_at = None
+                        log.exception("cycle failed")
             self.store.changed.wait(self.cfg.cycle_seconds)
             self.store.changed.clear()
         if self.elector.fatal is not None:
             raise self.elector.fatal
 
+    def quiet(self) -> bool:
+        """Whether a cycle now would decide nothing: nothing in the store changed since a cycle
+        that left nothing waiting, binding, evicting or to clean up (then the core's answer
+        depends on no clock). A quiet cluster is still looked at every `quiet_recheck_s`."""
+        return (
+            self.quiet_at is not None
+            and self.quiet_at == self.store.generation
+            and time.monotonic() - self.last_cycle < self.cfg.quiet_recheck_s
+        )
+
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepReport:
         t0 = time.perf_counter()
+        self.last_cycle = time.monotonic()
+        generation = self.store.generation  # before the reads: a change during the cycle counts
         now = self.clock()
         pods = self._assume(self.store.items("pods"), now)
         read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
@@ -223,6 +243,22 @@ class Scheduler:
         for name, took in phases.items():
             self.metrics.phase.labels(name).observe(took)
         self._metrics(world, result, out, seconds)
+        busy = (
+            result.pending
+            or result.binds
+            or result.evictions
+            or world.blocked
+            or world.waiting_pods
+            or world.unfinished
+            or world.stale_intents
+            or world.idle_reservations
+            or world.orphan_shares
+            or out.deferred
+            or out.not_evicted
+            or self.assumed
+            or self.gone
+        )
+        self.quiet_at = None if busy else generation
         if out.bound or out.evicted or out.broken:
             log.info(
                 "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",

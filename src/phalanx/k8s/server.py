@@ -48,6 +48,11 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
             registry=r,
         )
+        self.skipped = Counter(
+            "phalanx_cycles_skipped",
+            "Cycles not run: nothing changed since a cycle that left nothing waiting",
+            registry=r,
+        )
         self.pending = Gauge("phalanx_pending_workloads", "Workloads waiting to be placed", registry=r)
         self.binds = Counter("phalanx_binds_total", "Pods bound", registry=r)
         self.evictions = Counter("phalanx_evictions_total", "Pods evicted", registry=r)
