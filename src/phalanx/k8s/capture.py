@@ -97,7 +97,18 @@ def _why(e: Exception) -> str:
 def take(
     api: Api, cfg: AdapterConfig, kinds: tuple[Kind, ...] = WATCHED, now: float | None = None
 ) -> Capture:
-    """List every kind a cycle reads; a kind that cannot be listed is named and skipped."""
+    """List every kind a cycle reads; a kind that cannot be listed is named and skipped; the objects
+    a cycle would leave out are named with why."""
+    cap = read(api, kinds, now)
+    try:
+        cap.problems = dict(cap.gathered(cfg).world(cfg, cap.time).problems)
+    except Exception as e:  # never lose the capture to a translation bug: say so in it
+        cap.problems = {"(world)": f"the snapshot could not be built: {_why(e)}"}
+    return cap
+
+
+def read(api: Api, kinds: tuple[Kind, ...] = WATCHED, now: float | None = None) -> Capture:
+    """The objects of every kind the server serves, listed once (`phalanx status` reads them so too)."""
     now = time.time() if now is None else now
     unreadable: dict[str, str] = {}
     try:
@@ -121,12 +132,7 @@ def take(
         version = str(v.get("gitVersion") or "")
     except Exception as e:
         unreadable["version"] = _why(e)
-    cap = Capture(objects, now, sorted(served), unreadable, server=version)
-    try:
-        cap.problems = dict(cap.gathered(cfg).world(cfg, now).problems)
-    except Exception as e:  # never lose the capture to a translation bug: say so in it
-        cap.problems = {"(world)": f"the snapshot could not be built: {_why(e)}"}
-    return cap
+    return Capture(objects, now, sorted(served), unreadable, server=version)
 
 
 def write(cap: Capture, path: Path) -> None:

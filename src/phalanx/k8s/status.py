@@ -19,13 +19,12 @@ from phalanx.core.cycle import run_cycle
 from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.api import Api
 from phalanx.k8s.board import Board
+from phalanx.k8s.capture import read
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.explain import describe
 from phalanx.k8s.insight import RunTimes, insights
-from phalanx.k8s.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED
-from phalanx.k8s.kueue import load as load_kueue
 from phalanx.k8s.lifecycle import gang_names, gang_status
-from phalanx.k8s.world import World, build_world
+from phalanx.k8s.world import World
 from phalanx.profiles import load_profile
 
 log = logging.getLogger("phalanx.k8s")
@@ -45,16 +44,17 @@ def collect(api: Api, cfg: AdapterConfig) -> Status:
 
 
 def world_now(api: Api, cfg: AdapterConfig) -> World:
-    """The world the scheduler would build from the cluster as it is now (one list of each kind)."""
-    served = api.served(WATCHED)  # a kind the cluster lacks (CRD not installed) has no objects
-    objs = {k.key: api.list(k)[0] if k.key in served else [] for k in WATCHED}
-    groups = [o for k in POD_GROUPS for o in objs[k.key]]
-    queues = [o for k in QUEUES for o in objs[k.key]]
-    kueue, _ = load_kueue(lambda key: objs.get(key, []), cfg.kueue)
-    jobs = {
-        f"{j['metadata'].get('namespace')}/{j['metadata'].get('name')}": j for j in objs.get(JOBS.key, [])
-    }
-    return build_world(objs["nodes"], objs["pods"], groups, queues, cfg, time.time(), kueue=kueue, jobs=jobs)
+    """The world the scheduler would build from the cluster as it is now: every kind listed once and
+    gathered as the scheduler gathers its watch cache (`phalanx.k8s.capture`); a kind that cannot be
+    read counts as empty and is named among the problems."""
+    c = read(api)
+    if "pods" in c.unreadable or "nodes" in c.unreadable:  # nothing to say without them
+        raise RuntimeError(
+            "; ".join(f"{k}: {c.unreadable[k]}" for k in ("nodes", "pods") if k in c.unreadable)
+        )
+    world = c.gathered(cfg).world(cfg, c.time)
+    world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
+    return world
 
 
 def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: threading.Event) -> None:
