@@ -20,12 +20,18 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (--dist loadgroup, --no-loadscope-reorder): each module runs whole on one
-    worker (its module-scoped control plane starts once), and every real-node module on the same
-    one (one kit cluster at a time, one image build), first, since together they take longest."""
+    worker (its module-scoped control plane starts once), and every module on real nodes on the
+    same one (one kit cluster at a time), first, since together they take longest; the image
+    tests (buildah, no kit) second, so that they run beside them on another worker."""
+
+    def group(item):
+        if item.module.__name__ == "test_image":
+            return "image"
+        return "nodes" if item.get_closest_marker("nodes") else item.module.__name__
+
     for item in items:
-        group = "nodes" if item.get_closest_marker("nodes") else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: 0 if item.get_closest_marker("nodes") else 1)
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: {"nodes": 0, "image": 1}.get(group(item), 2))
 
 
 @pytest.fixture(scope="session")
