@@ -64,7 +64,8 @@ class ShadowStore(Store):
     def _note(self, obj: dict[str, Any]) -> None:
         spec = obj.get("spec") or {}
         if spec.get("schedulerName", "default-scheduler") == self.scheduler_name and not _node(obj):
-            self.seen_waiting.add(str((obj.get("metadata") or {}).get("uid") or object_key(obj)))
+            with self.lock:
+                self.seen_waiting.add(str((obj.get("metadata") or {}).get("uid") or object_key(obj)))
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         if kind == "pods":
@@ -143,8 +144,10 @@ class Shadow:
         return self.informers.wait_synced(timeout)
 
     def run(self) -> None:
+        seen = -1  # the store's generation at the last cycle: a quiet cluster is not cycled
         while not self.stop_event.is_set():
-            if self.ready():
+            if self.ready() and self.store.generation != seen:
+                seen = self.store.generation
                 try:
                     self.step()
                 except Exception:  # a bad cycle must not stop the shadow
@@ -180,6 +183,11 @@ class Shadow:
         names = [n.name for n in world.snapshot.nodes]
         result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
         self.cycles += 1
+        if self.cycles % 100 == 0:  # pods gone: forget them (a shadow runs for weeks)
+            alive = {str((p.get("metadata") or {}).get("uid") or object_key(p)) for p in pods}
+            self.judged &= alive
+            with self.store.lock:
+                self.store.seen_waiting &= alive
         out = self._judge(world, result, placed, dict(zip(names, free.tolist(), strict=True)), pods, now)
         with self.board.lock:
             self.board.shadow = self.summary()
