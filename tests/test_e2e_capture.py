@@ -261,6 +261,7 @@ def test_kinds_that_cannot_be_read_are_listed_and_the_capture_completes(
     rows = {r["pod"]: r for r in d["pods"]}
     assert rows["default/lone-pod"]["phalanx"].startswith("bind to kestrel-")
     assert rows["default/lone-pod"]["current"].startswith("waits")
+    assert d["placed_pods"] == {"default/kai-0": "kestrel-b", "default/kai-1": "kestrel-b"}
     table = run("schedule", "--capture", str(out), "--scheduler-name", "phalanx")
     assert table.returncode == 0 and "What phalanx did, and what Phalanx would do now" in table.stdout
     assert "not in the capture:" in table.stdout

@@ -47,6 +47,7 @@ def test_a_capture_replays_as_a_what_if_with_the_usual_report(tmp_path: Path) ->
         assert abs(float(row["p95_wait_s"]) / 0.95 - (left - 1)) < 0.06 * left, row  # p95 of two waits
         assert row["completed"] == "2"
     assert (tmp_path / "out" / "index.html").is_file()
+    assert "Idle GPU fragmented (FGD's definition), mean over the replay's time: phalanx " in r.output
     assert "running work placed again by each profile" in (tmp_path / "out" / "index.html").read_text()
 
 

@@ -262,10 +262,17 @@ def simulate(
                 e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
             for r in rep_exps:
                 r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        if capture is not None:
+            from phalanx.cli.whatif import fragmentation
+
+            frag = ", ".join(f"{p} {v:.1f} %" for p, v in fragmentation(rep_exps[0]).items())
+            notes.append(f"Idle GPU fragmented (FGD's definition), mean over the replay's time: {frag}.")
         from phalanx.report.render import render  # matplotlib: loaded only by the commands that plot
 
         index = render(out, fgd_exps, rep_exps, "Phalanx simulation", notes)
     _print(fgd_exps, rep_exps)
+    if capture is not None:
+        typer.echo(notes[-1])
     typer.echo(f"report: {index}")
 
 

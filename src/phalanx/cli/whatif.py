@@ -14,6 +14,7 @@ heterogeneous workload becomes its tasks' total GPUs spread evenly over its GPU 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -125,3 +126,14 @@ def experiment(
         queues=tree,
     )
     return exp, notes
+
+
+def fragmentation(exp: ReplayExperiment) -> dict[str, float]:
+    """Each profile's idle-GPU fragmentation (FGD's definition, %), averaged over the replay's time."""
+    out: dict[str, float] = {}
+    for prof, res in exp.results.items():
+        s = res.samples
+        spans = [(b.time - a.time, a.frag_rate) for a, b in itertools.pairwise(s) if b.time > a.time]
+        total = sum(d for d, _ in spans)
+        out[prof] = sum(d * f for d, f in spans) / total if total else (s[-1].frag_rate if s else 0.0)
+    return out

@@ -45,6 +45,7 @@ class Comparison:
     result: CycleResult
     rows: list[PodRow] = field(default_factory=list)  # the pods that wait, and those Phalanx would evict
     placed: int = 0  # pods of the scheduler placed on nodes at the capture
+    placed_pods: dict[str, str] = field(default_factory=dict)  # pod -> the node its scheduler chose
     partial: list[str] = field(default_factory=list)  # gangs placed short of their minimum: "name: k of n"
     problems: list[str] = field(default_factory=list)
 
@@ -53,6 +54,7 @@ class Comparison:
             "scheduler": self.scheduler,
             "profile": self.profile,
             "placed": self.placed,
+            "placed_pods": self.placed_pods,
             "waiting": sum(1 for r in self.rows if r.current.startswith("waits")),
             "binds": [b.to_dict() for b in self.result.binds],
             "evictions": [e.to_dict() for e in self.result.evictions],
@@ -98,6 +100,7 @@ def compare(cap: Capture, cfg: AdapterConfig, profile: Profile, now: float | Non
         wl = workload_of.get(key, key)
         if node:
             out.placed += 1
+            out.placed_pods[key] = node
             if key not in evicted:
                 continue
             mine = f"evicted: {evicted[key].reason}"
