@@ -3,6 +3,12 @@
 Evictions are simulated before they are committed: victims are evicted one by one inside a
 statement, and after each the preemptor's gang is tried; only if it then fits is anything
 committed. Otherwise the statement is discarded and nothing happens.
+
+Two guards beyond the minimum runtime (`Guards`, both off by default): `checkpoint_window`
+lets a workload that checkpoints be a victim only within that many seconds after a checkpoint
+(its checkpoints are every `checkpoint_interval` seconds from the start of its run), so an
+eviction throws away at most the window's work; `repeat_window` keeps a workload from being
+evicted again for a preemptor of the same shape (demand key) within that many seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +23,17 @@ from phalanx.actions.gang import _place_gang, upper_bound
 from phalanx.core.model import GpuKind, Task
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Allocation, WorkloadEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Guards:
+    """Victim guards of an action (0: off); see the module docstring."""
+
+    checkpoint_window: float = 0.0
+    repeat_window: float = 0.0
+
+
+NO_GUARDS = Guards()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +53,26 @@ class Victim:
 
 def run_start(entry: WorkloadEntry) -> float:
     return min(a.since for a in entry.bound.values())
+
+
+def since_checkpoint(now: float, entry: WorkloadEntry) -> float | None:
+    """Seconds since the running workload's last checkpoint (None: it does not checkpoint).
+
+    Checkpoints count from when its last task was bound: a gang runs once all are up.
+    """
+    interval = entry.workload.checkpoint_interval
+    if not interval > 0 or not entry.bound:
+        return None
+    ran = now - max(a.since for a in entry.bound.values())
+    return ran - math.floor(ran / interval) * interval
+
+
+def repeated_until(session: Session, entry: WorkloadEntry, shape: object, window: float) -> float | None:
+    """Until when the repeat guard protects `entry` from preemptors of `shape` (None: it does not)."""
+    if window <= 0:
+        return None
+    at = session.snapshot.evicted_for.get(entry.name, {}).get(shape)  # type: ignore[call-overload]
+    return at + window if at is not None and session.clock < at + window else None
 
 
 def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, ...]) -> float:
@@ -60,17 +97,28 @@ def victims(
     eligible: Callable[[WorkloadEntry], bool],
     min_runtime: float,
     queues: Iterable[str] | None = None,
+    guards: Guards = NO_GUARDS,
+    shape: object = None,
 ) -> Iterator[Victim]:
     """Evictable units, elastic surplus first, then by least lost work, lower priority, newer, name.
 
     Lazy: callers stop as soon as enough is freed. With `queues`, only those queues are looked
-    at (and only their victims are worked out).
+    at (and only their victims are worked out). `guards` leave out victims not just after a
+    checkpoint and victims evicted lately for a preemptor of `shape`.
     """
     running = session.snapshot.running
     names = set(queues) if queues is not None else set(_running_by_queue(session))
-    lists = [queue_victims(session, q, min_runtime) for q in sorted(names)]
+    window = guards.checkpoint_window
+    lists = [queue_victims(session, q, min_runtime, window) for q in sorted(names)]
     pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
-    return (v for v in pool if v.entry.workload.name in running and eligible(v.entry))
+    repeat = guards.repeat_window
+    return (
+        v
+        for v in pool
+        if v.entry.workload.name in running
+        and eligible(v.entry)
+        and (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
+    )
 
 
 def victim_order(v: Victim) -> tuple[object, ...]:
@@ -117,13 +165,14 @@ def lowest_priority(session: Session, queue: str, preemptible_only: bool = True)
     return cached  # type: ignore[return-value]
 
 
-def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Victim]:
+def queue_victims(session: Session, queue: str, min_runtime: float, window: float = 0.0) -> list[Victim]:
     """A queue's evictable units in victim order, worked out once per cycle.
 
     Kept for the cycle: the clock does not move within it, workloads placed during it are too
-    new to evict, and `evict_for` skips allocations that have changed since.
+    new to evict, and `evict_for` skips allocations that have changed since. With `window`, a
+    workload that checkpoints is left out unless its last checkpoint is at most that old.
     """
-    key = ("victims", min_runtime, queue)
+    key = ("victims", min_runtime, queue, window)
     cached = session.memo.get(key)
     if cached is not None:
         return cached  # type: ignore[return-value]
@@ -134,6 +183,8 @@ def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Vict
             continue
         started = run_start(entry)
         if now - started < min_runtime:
+            continue
+        if window > 0 and (since_checkpoint(now, entry) or 0.0) > window:
             continue
         w = entry.workload
         bound = sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name))

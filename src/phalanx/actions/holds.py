@@ -11,12 +11,31 @@ devices not free yet) are held the same way, by allocate. Nothing here changes a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from phalanx.actions.evict import Victim, _attempt, lost_work, run_start, victim_order
+from phalanx.actions.evict import (
+    NO_GUARDS,
+    Guards,
+    Victim,
+    _attempt,
+    lost_work,
+    repeated_until,
+    run_start,
+    since_checkpoint,
+    victim_order,
+)
 from phalanx.actions.gang import _place_gang
-from phalanx.core.decisions import MIN_RUNTIME, NOT_PREEMPTIBLE, TERMINATING, Hold, Pending
+from phalanx.core.decisions import (
+    CHECKPOINT,
+    MIN_RUNTIME,
+    NOT_PREEMPTIBLE,
+    REPEAT,
+    TERMINATING,
+    Hold,
+    Pending,
+)
 from phalanx.core.model import Task
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -53,16 +72,55 @@ def running_in(session: Session, queues: Iterable[str]) -> list[WorkloadEntry]:
 
 
 def guard_of(
-    session: Session, action: str, entry: WorkloadEntry, min_runtime: float, detail: str
+    session: Session,
+    action: str,
+    entry: WorkloadEntry,
+    min_runtime: float,
+    detail: str,
+    guards: Guards = NO_GUARDS,
+    shape: object = None,
 ) -> Hold | None:
-    """What protects running `entry` from `action` now: not preemptible, or its minimum runtime."""
+    """What protects running `entry` from `action` now: not preemptible, its minimum runtime, a
+    recent eviction for this shape, or its next checkpoint not yet come."""
     w = entry.workload
     started = run_start(entry)
+    now = session.clock
     if not w.preemptible:
         rt = w.estimated_runtime
         return Hold(action, NOT_PREEMPTIBLE, entry.name, started + rt if rt else None, detail=detail)
-    if session.clock - started < min_runtime:
+    if now - started < min_runtime:
         return Hold(action, MIN_RUNTIME, entry.name, started + min_runtime, min_runtime, detail)
+    again = repeated_until(session, entry, shape, guards.repeat_window)
+    if again is not None:
+        return Hold(action, REPEAT, entry.name, again, guards.repeat_window, detail)
+    window = guards.checkpoint_window
+    ago = since_checkpoint(now, entry) if window > 0 else None
+    if ago is not None and ago > window:
+        due = now - ago + entry.workload.checkpoint_interval + settle(window)
+        return Hold(action, CHECKPOINT, entry.name, due, window, detail)
+    return None
+
+
+def settle(window: float) -> float:
+    """How long after a checkpoint an eviction waiting for it happens: the checkpoint is written."""
+    return min(1.0, window / 2)
+
+
+def aligned(now: float, lower: float, needed: list[Victim], window: float) -> float | None:
+    """The first time from `lower` (within one checkpoint interval) when every workload in `needed`
+    that checkpoints is at most `window` seconds past a checkpoint; None if there is none."""
+    ticks = [
+        (max(a.since for a in v.entry.bound.values()), v.entry.workload.checkpoint_interval)
+        for v in needed
+        if v.entry.bound and v.entry.workload.checkpoint_interval > 0
+    ]
+    times = {lower}
+    for p, t in ticks:
+        k = math.ceil((lower - p - settle(window)) / t)
+        times.update(p + (k + j) * t + settle(window) for j in (0, 1))
+    for at in sorted(x for x in times if x >= lower):
+        if all((at - p) - math.floor((at - p) / t) * t <= window for p, t in ticks):
+            return at
     return None
 
 
@@ -78,8 +136,14 @@ def held_back(
     free: Iterable[Victim],
     guarded: list[tuple[Victim, Hold]],
     allow: Callable[[Victim, list[Victim]], bool] | None = None,
+    window: float = 0.0,
 ) -> tuple[Hold, ...]:
-    """The holds of the guarded victims the gang would need, if with them it fits (tried, undone)."""
+    """The holds of the guarded victims the gang would need, if with them it fits (tried, undone).
+
+    With a checkpoint `window`, the victims needed that checkpoint are held until the first time
+    (after the other guards end) when all of them are just past a checkpoint at once (None: not
+    within an interval), so that the driver can run a cycle then.
+    """
     if not guarded:
         return ()
     ordered = sorted(guarded, key=lambda vh: (vh[1].until is None, vh[1].until or 0.0, victim_order(vh[0])))
@@ -89,7 +153,21 @@ def held_back(
     )
     if taken is None:
         return ()
-    return tuple(hold[id(v)] for v in taken if id(v) in hold and any(a.node in used for a in v.allocs))
+    needed = [v for v in taken if any(a.node in used for a in v.allocs)]
+    out = [hold[id(v)] for v in needed if id(v) in hold]
+    if window <= 0 or not any(h.guard == CHECKPOINT for h in out):
+        return tuple(out)
+    now = session.clock
+    lower = max([now, *(h.until for h in out if h.guard != CHECKPOINT and h.until is not None)])
+    at = aligned(now, lower, needed, window)
+    rest = [h for h in out if h.guard != CHECKPOINT]
+    action = out[0].action
+    waits = [
+        Hold(action, CHECKPOINT, v.name, at, window, hold[id(v)].detail if id(v) in hold else "")
+        for v in needed
+        if since_checkpoint(now, v.entry) is not None
+    ]
+    return tuple(rest + waits)
 
 
 def terminating(session: Session, entry: WorkloadEntry, gang: list[Task]) -> tuple[Hold, ...]:

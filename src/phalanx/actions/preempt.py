@@ -9,12 +9,15 @@ checkpoints (`phalanx.io/checkpoint-interval`): time-slicing then costs minutes,
 `quantum` is the time slice: such a victim must also have run that long in its current run.
 A workload that finds no victims because a guard protects them (the minimum runtime, the
 quantum, a victim that is not preemptible) is told which guard and until when (`actions.holds`).
+`checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards`: evict
+only just after a victim's checkpoint (the preemptor waits for it), and never the same victim
+twice for preemptors of one shape within the window.
 """
 
 from __future__ import annotations
 
 from phalanx.actions import holds
-from phalanx.actions.evict import evict_for, lowest_priority, peek, run_start, victims
+from phalanx.actions.evict import Guards, evict_for, lowest_priority, peek, run_start, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.decisions import QUANTUM, Hold
 from phalanx.core.model import Task
@@ -32,7 +35,12 @@ class Preempt:
         max_preemptors: int = 16,
         order_victims: str = "any",
         quantum: float = 0.0,
+        checkpoint_window: float = 0.0,
+        repeat_window: float = 0.0,
     ) -> None:
+        if checkpoint_window < 0 or repeat_window < 0:
+            raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
+        self.guards = Guards(checkpoint_window, repeat_window)
         if by not in ("priority", "order"):
             raise ValueError("by must be 'priority' or 'order'")
         if order_victims not in ("any", "checkpointed"):
@@ -97,7 +105,8 @@ class Preempt:
             def eligible(v: WorkloadEntry, e: WorkloadEntry = entry, q: str = q) -> bool:
                 return v.workload.queue == q and v.name != e.name and self.outranks(session, e, v)
 
-            cands = peek(victims(session, eligible, self.min_runtime, (q,)))
+            shape = entry.demand_key
+            cands = peek(victims(session, eligible, self.min_runtime, (q,), self.guards, shape))
             if cands is None:
                 failed.add(like)
                 self._hold(session, entry, gang)
@@ -121,7 +130,8 @@ class Preempt:
             if v.name == entry.name or not self.outranks(session, entry, v, quantum=False):
                 continue
             about = f"priority {v.workload.priority}"
-            hold = holds.guard_of(session, self.name, v, self.min_runtime, about)
+            shape = entry.demand_key
+            hold = holds.guard_of(session, self.name, v, self.min_runtime, about, self.guards, shape)
             if not self.outranks(session, entry, v):  # its time slice has not ended
                 sliced = Hold(self.name, QUANTUM, v.name, run_start(v) + self.quantum, self.quantum, about)
                 if hold is None or (hold.until is not None and hold.until < (sliced.until or 0.0)):
@@ -132,5 +142,6 @@ class Preempt:
         def eligible(v: WorkloadEntry) -> bool:
             return v.workload.queue == q and v.name != entry.name and self.outranks(session, entry, v)
 
-        free = victims(session, eligible, self.min_runtime, (q,))
-        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded))
+        free = victims(session, eligible, self.min_runtime, (q,), self.guards, entry.demand_key)
+        window = self.guards.checkpoint_window
+        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, window=window))

@@ -11,6 +11,8 @@ to what each is owed) than a queue it takes from, so big gangs of a poor queue c
 Elastic surplus goes first, then the least lost work. Nothing is evicted unless the
 preemptor then fits. A queue that finds no victims because a guard protects them (the minimum
 runtime, a workload that is not preemptible) is told which guard and until when (`actions.holds`).
+`checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards` (see
+`Preempt`): with `repeat_window` two queues cannot take the same workloads back and forth.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from functools import partial
 import numpy as np
 
 from phalanx.actions import holds
-from phalanx.actions.evict import Victim, evict_for, peek, victims
+from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.model import Task
 from phalanx.core.queues import GPU
@@ -40,7 +42,12 @@ class Reclaim:
         max_preemptors: int = 16,
         owed: str = "deserved",
         transfer: bool = False,
+        checkpoint_window: float = 0.0,
+        repeat_window: float = 0.0,
     ) -> None:
+        if checkpoint_window < 0 or repeat_window < 0:
+            raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
+        self.guards = Guards(checkpoint_window, repeat_window)
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
         self.min_runtime = min_runtime
@@ -96,7 +103,10 @@ class Reclaim:
                     return False
                 return not self.transfer or left >= level * owed[vq][GPU] - EPS
 
-            cands = peek(victims(session, partial(_in_queues, over), self.min_runtime, over))
+            shape = entry.demand_key
+            cands = peek(
+                victims(session, partial(_in_queues, over), self.min_runtime, over, self.guards, shape)
+            )
             if cands is None:
                 failed.add((q, entry.demand_key))
                 self._hold(session, entry, gang, over, keeps_deserved)
@@ -124,11 +134,15 @@ class Reclaim:
             return
         guarded = []
         for v in holds.running_in(session, over):
-            hold = holds.guard_of(session, self.name, v, self.min_runtime, f"queue {v.workload.queue}")
+            detail = f"queue {v.workload.queue}"
+            shape = entry.demand_key
+            hold = holds.guard_of(session, self.name, v, self.min_runtime, detail, self.guards, shape)
             if hold is not None:
                 guarded.append((holds.as_victim(session, v), hold))
-        free = victims(session, partial(_in_queues, over), self.min_runtime, over)
-        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, allow))
+        shape = entry.demand_key
+        free = victims(session, partial(_in_queues, over), self.min_runtime, over, self.guards, shape)
+        window = self.guards.checkpoint_window
+        holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, allow, window))
 
 
 def _in_queues(queues: set[str], entry: WorkloadEntry) -> bool:

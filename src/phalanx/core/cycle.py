@@ -36,6 +36,7 @@ def run_cycle(
     if apply:
         session.keep()
         snapshot.settle(result)
+        snapshot.note_evictions(result, clock)
     else:
         session.close()
     return result

@@ -91,6 +91,8 @@ QUANTUM = "quantum"  # time-slicing: the victim's time slice has not ended
 NOT_PREEMPTIBLE = "not preemptible"  # never a victim; it ends on its own
 TERMINATING = "terminating"  # evicted, still holding its devices until it is gone
 DISRUPTION_BUDGET = "disruption budget"  # the eviction was refused (a PodDisruptionBudget; driver-side)
+CHECKPOINT = "checkpoint"  # waits for the victim's next checkpoint (the action's checkpoint_window)
+REPEAT = "repeat"  # evicted for a workload of the same shape within the action's repeat_window
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,20 @@ class Hold:
         if self.guard == TERMINATING:
             ends = f"grace period until {end}" if end else "evicted, not gone yet"
             return f"waits for {who} to terminate ({ends})"
+        if self.guard == CHECKPOINT:
+            if many:
+                at = f"their checkpoints line up at {end}" if end else "their checkpoints do not line up soon"
+            else:
+                at = f"next one at {end}" if end else "no checkpoint time known"
+            return (
+                f"{self.action}: {who} {'are' if many else 'is'} evicted only just after a checkpoint "
+                f"(window {self.limit:g} s); {at}"
+            )
+        if self.guard == REPEAT:
+            return (
+                f"{self.action}: {who} {'were' if many else 'was'} evicted for a workload of this shape "
+                f"less than {self.limit:g} s ago; {'they' if many else 'it'} may be again from {end}"
+            )
         if self.guard == DISRUPTION_BUDGET:
             why = f": {self.detail.rstrip('.')}" if self.detail else ""
             return (
@@ -156,6 +172,10 @@ class Hold:
             return f"when {who} {'end' if many else 'ends'}"
         if self.guard == TERMINATING:
             return f"when {who} {'have' if many else 'has'} terminated"
+        if self.guard == CHECKPOINT:
+            return f"when {who} {'have' if many else 'has'} just checkpointed"
+        if self.guard == REPEAT:
+            return f"when {who} may be evicted again for this shape"
         return f"when the eviction of {who} is allowed"
 
 

@@ -199,6 +199,9 @@ class Snapshot:
         # foreign usage: milli-GPU held by what Phalanx does not schedule, and the part of it going away
         self.foreign_gpu_milli = 0
         self.leaving: list[Leaving] = []
+        # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
+        # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
+        self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
         self._init_dra(dra_shared, dra_counter_sets)
@@ -376,6 +379,7 @@ class Snapshot:
                 -sum((self.request_vector(t.request) for t in entry.tasks), np.zeros(3)),
             )
         del self.workloads[name]
+        self.evicted_for.pop(name, None)
         self._set_pending(entry, False)
         self.fresh.discard(name)
         for t in entry.tasks:
@@ -451,6 +455,14 @@ class Snapshot:
         for b in result.binds:
             self.bind_existing(b.task, b.node, self.assignment_of(b), since=now, claims=b.claims)
         self.settle(result)
+        self.note_evictions(result, now)
+
+    def note_evictions(self, result: CycleResult, now: float) -> None:
+        """Remember, per evicted workload, the shape of the workload each eviction made room for."""
+        for ev in result.evictions:
+            by = self.workloads.get(ev.by) if ev.by else None
+            if by is not None and ev.by != ev.workload:
+                self.evicted_for.setdefault(ev.workload, {})[by.demand_key] = now
 
     def settle(self, result: CycleResult) -> None:
         """The bookkeeping after a cycle whose decisions are in place: who was looked at, who is parked."""

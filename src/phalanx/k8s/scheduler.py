@@ -86,6 +86,9 @@ class Scheduler:
         self.rng = np.random.default_rng(seed)
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
         self.translations = Translations()
+        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles
+        # (a fresh snapshot is built each cycle; lost on restart, so a new leader may repeat once)
+        self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
         self.assumed: dict[str, tuple[Bind, float]] = {}
@@ -178,6 +181,9 @@ class Scheduler:
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
+            for name in [n for n in self.evicted_for if n not in world.snapshot.workloads]:
+                del self.evicted_for[name]
+        world.snapshot.evicted_for = self.evicted_for
         pod_objects = {
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
             for p in pods

@@ -24,7 +24,7 @@ from typing import IO
 import numpy as np
 
 from phalanx.core.cycle import run_cycle
-from phalanx.core.decisions import CycleResult
+from phalanx.core.decisions import CHECKPOINT, CycleResult
 from phalanx.core.errors import SpecError
 from phalanx.core.forecast import forecast
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable
@@ -103,6 +103,19 @@ class ReplayResult:
     large_gpus: int = 8
     eta: dict[str, float | None] = field(default_factory=dict)  # job -> forecast start when it arrived
     data: DataCache | None = None
+    eviction_times: list[float] = field(default_factory=list)  # when each evicted run stopped
+    evicted_gpus: float = 0.0  # GPUs held by the runs evicted, summed (what restarts would cost)
+
+    def evictions_per_hour(self) -> tuple[float, float]:
+        """Evictions per hour over the middle half of completions (steady state), and in the worst hour."""
+        ends = sorted(j.end for j in self.jobs if j.end is not None)
+        if len(ends) < 4 or not self.eviction_times:
+            return 0.0, 0.0
+        lo, hi = ends[len(ends) // 4], ends[3 * len(ends) // 4]
+        t = np.array(self.eviction_times)
+        steady = float(((t >= lo) & (t < hi)).sum()) / max((hi - lo) / 3600, 1e-9)
+        worst = float(np.bincount(((t - t.min()) // 3600).astype(np.int64)).max())
+        return steady, worst
 
     def eta_errors(self) -> np.ndarray:
         """Forecast minus actual start (s) of the jobs forecast that started, and were forecast a time."""
@@ -148,6 +161,9 @@ class ReplayResult:
             "evicted_tasks": self.evicted_tasks,
             "lost_gpu_h_preempt": self.lost_preempt_gpu_s / 3600,
             "lost_gpu_h_failure": self.lost_failure_gpu_s / 3600,
+            "evicted_gpus": self.evicted_gpus,
+            "evictions_per_h_steady": self.evictions_per_hour()[0],
+            "evictions_worst_hour": self.evictions_per_hour()[1],
             "max_wait_large_s": self.max_large_wait(),
             "jain_index": self.shares.mean_index() if self.shares is not None else math.nan,
             **self._eta_summary(),
@@ -258,6 +274,7 @@ def replay(
     finished = 0
     tick_at: list[float] = []
     rank_ticks: set[float] = set()
+    checkpoint_ticks: set[float] = set()  # cycles when evictions waiting for checkpoints may go
     eta_seen = [0]  # jobs that had to wait when they arrived
     # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
     # of queue history: without them, skip the walk over every running workload each cycle
@@ -280,6 +297,8 @@ def replay(
             r.lost_gpu_s += lost
             if evicted:
                 out.lost_preempt_gpu_s += lost
+                out.eviction_times.append(now)
+                out.evicted_gpus += r.held
             else:
                 out.lost_failure_gpu_s += lost
         r.run_start = None
@@ -357,6 +376,13 @@ def replay(
             # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
             if name in running and not snap.workloads[name].is_ready:
                 stop(name, now, evicted=True)
+        for p in result.pending:
+            for h in p.holds:
+                # a victim guarded by its checkpoint window: a cycle when the victims needed line up
+                due = h.until if h.guard == CHECKPOINT else None
+                if due is not None and due > now and due not in checkpoint_ticks:
+                    checkpoint_ticks.add(due)
+                    eng.schedule(due, Kind.TICK)
         if check:
             c.check_invariants()
         if log is not None:
