@@ -116,6 +116,17 @@ def test_the_pending_workload_is_told_when_the_checkpoint_comes() -> None:
     assert later.evictions and {e.by for e in later.evictions} == {"b1"}
 
 
+def test_higher_priority_does_not_wait_for_the_checkpoint() -> None:
+    jobs = [
+        JobSpec("a1", 0.0, 6000.0, 4, queue="a"),
+        JobSpec("a2", 4300.0, 600.0, 4, queue="a", priority=100),
+    ]
+    res = replay(node(4), jobs, queues_profile({}, {"checkpoint_window": 30}), queues=two_teams())
+    a2 = next(j for j in res.jobs if j.spec.name == "a2")
+    assert a2.wait == 0.0
+    assert res.summary()["lost_gpu_h_preempt"] == pytest.approx(4 * 100 / HOUR)
+
+
 # two queues take turns: queue b reclaims a1 at 5,800 s (for b3), the GPUs go back to queue a,
 # and b reclaims a1 again at 7,400 s for b0 of the same shape (found by a search over small traces)
 TURNS = [

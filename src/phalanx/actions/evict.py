@@ -99,25 +99,30 @@ def victims(
     queues: Iterable[str] | None = None,
     guards: Guards = NO_GUARDS,
     shape: object = None,
+    exempt: Callable[[WorkloadEntry], bool] | None = None,
 ) -> Iterator[Victim]:
     """Evictable units, elastic surplus first, then by least lost work, lower priority, newer, name.
 
     Lazy: callers stop as soon as enough is freed. With `queues`, only those queues are looked
     at (and only their victims are worked out). `guards` leave out victims not just after a
-    checkpoint and victims evicted lately for a preemptor of `shape`.
+    checkpoint (unless `exempt`) and victims evicted lately for a preemptor of `shape`.
     """
     running = session.snapshot.running
     names = set(queues) if queues is not None else set(_running_by_queue(session))
-    window = guards.checkpoint_window
-    lists = [queue_victims(session, q, min_runtime, window) for q in sorted(names)]
+    lists = [queue_victims(session, q, min_runtime) for q in sorted(names)]
     pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
-    repeat = guards.repeat_window
+    window, repeat, now = guards.checkpoint_window, guards.repeat_window, session.clock
     return (
         v
         for v in pool
         if v.entry.workload.name in running
         and eligible(v.entry)
         and (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
+        and (
+            window <= 0
+            or (since_checkpoint(now, v.entry) or 0.0) <= window
+            or (exempt is not None and exempt(v.entry))
+        )
     )
 
 
@@ -165,14 +170,13 @@ def lowest_priority(session: Session, queue: str, preemptible_only: bool = True)
     return cached  # type: ignore[return-value]
 
 
-def queue_victims(session: Session, queue: str, min_runtime: float, window: float = 0.0) -> list[Victim]:
+def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Victim]:
     """A queue's evictable units in victim order, worked out once per cycle.
 
     Kept for the cycle: the clock does not move within it, workloads placed during it are too
-    new to evict, and `evict_for` skips allocations that have changed since. With `window`, a
-    workload that checkpoints is left out unless its last checkpoint is at most that old.
+    new to evict, and `evict_for` skips allocations that have changed since.
     """
-    key = ("victims", min_runtime, queue, window)
+    key = ("victims", min_runtime, queue)
     cached = session.memo.get(key)
     if cached is not None:
         return cached  # type: ignore[return-value]
@@ -183,8 +187,6 @@ def queue_victims(session: Session, queue: str, min_runtime: float, window: floa
             continue
         started = run_start(entry)
         if now - started < min_runtime:
-            continue
-        if window > 0 and (since_checkpoint(now, entry) or 0.0) > window:
             continue
         w = entry.workload
         bound = sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name))

@@ -79,6 +79,7 @@ def guard_of(
     detail: str,
     guards: Guards = NO_GUARDS,
     shape: object = None,
+    windowed: bool = True,
 ) -> Hold | None:
     """What protects running `entry` from `action` now: not preemptible, its minimum runtime, a
     recent eviction for this shape, or its next checkpoint not yet come."""
@@ -94,7 +95,7 @@ def guard_of(
     if again is not None:
         return Hold(action, REPEAT, entry.name, again, guards.repeat_window, detail)
     window = guards.checkpoint_window
-    ago = since_checkpoint(now, entry) if window > 0 else None
+    ago = since_checkpoint(now, entry) if window > 0 and windowed else None
     if ago is not None and ago > window:
         due = now - ago + entry.workload.checkpoint_interval + settle(window)
         return Hold(action, CHECKPOINT, entry.name, due, window, detail)

@@ -11,10 +11,13 @@ A workload that finds no victims because a guard protects them (the minimum runt
 quantum, a victim that is not preemptible) is told which guard and until when (`actions.holds`).
 `checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards`: evict
 only just after a victim's checkpoint (the preemptor waits for it), and never the same victim
-twice for preemptors of one shape within the window.
+twice for preemptors of one shape within the window. A preemptor of higher priority does not
+wait for checkpoints: priority preempts at once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from phalanx.actions import holds
 from phalanx.actions.evict import Guards, evict_for, lowest_priority, peek, run_start, victims
@@ -106,7 +109,9 @@ class Preempt:
                 return v.workload.queue == q and v.name != e.name and self.outranks(session, e, v)
 
             shape = entry.demand_key
-            cands = peek(victims(session, eligible, self.min_runtime, (q,), self.guards, shape))
+            cands = peek(
+                victims(session, eligible, self.min_runtime, (q,), self.guards, shape, self._exempt(entry))
+            )
             if cands is None:
                 failed.add(like)
                 self._hold(session, entry, gang)
@@ -120,6 +125,11 @@ class Preempt:
                 failed.add(like)
                 self._hold(session, entry, gang)
 
+    @staticmethod
+    def _exempt(entry: WorkloadEntry) -> Callable[[WorkloadEntry], bool]:
+        """Victims of lower priority than the preemptor: evicted at once, not at their checkpoint."""
+        return lambda v: entry.workload.priority > v.workload.priority
+
     def _hold(self, session: Session, entry: WorkloadEntry, gang: list[Task]) -> None:
         """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
         if not gang or not holds.budget(session, self.name):
@@ -130,8 +140,10 @@ class Preempt:
             if v.name == entry.name or not self.outranks(session, entry, v, quantum=False):
                 continue
             about = f"priority {v.workload.priority}"
-            shape = entry.demand_key
-            hold = holds.guard_of(session, self.name, v, self.min_runtime, about, self.guards, shape)
+            windowed = entry.workload.priority <= v.workload.priority  # priority does not wait
+            hold = holds.guard_of(
+                session, self.name, v, self.min_runtime, about, self.guards, entry.demand_key, windowed
+            )
             if not self.outranks(session, entry, v):  # its time slice has not ended
                 sliced = Hold(self.name, QUANTUM, v.name, run_start(v) + self.quantum, self.quantum, about)
                 if hold is None or (hold.until is not None and hold.until < (sliced.until or 0.0)):
@@ -142,6 +154,8 @@ class Preempt:
         def eligible(v: WorkloadEntry) -> bool:
             return v.workload.queue == q and v.name != entry.name and self.outranks(session, entry, v)
 
-        free = victims(session, eligible, self.min_runtime, (q,), self.guards, entry.demand_key)
+        free = victims(
+            session, eligible, self.min_runtime, (q,), self.guards, entry.demand_key, self._exempt(entry)
+        )
         window = self.guards.checkpoint_window
         holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, window=window))
