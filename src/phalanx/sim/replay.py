@@ -274,7 +274,7 @@ def replay(
     finished = 0
     tick_at: list[float] = []
     rank_ticks: set[float] = set()
-    checkpoint_ticks: set[float] = set()  # cycles when evictions waiting for checkpoints may go
+    checkpoint_tick = [-math.inf]  # the cycle outstanding for evictions that wait for checkpoints
     eta_seen = [0]  # jobs that had to wait when they arrived
     # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
     # of queue history: without them, skip the walk over every running workload each cycle
@@ -376,13 +376,20 @@ def replay(
             # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
             if name in running and not snap.workloads[name].is_ready:
                 stop(name, now, evicted=True)
-        for p in result.pending:
-            for h in p.holds:
-                # a victim guarded by its checkpoint window: a cycle when the victims needed line up
-                due = h.until if h.guard == CHECKPOINT else None
-                if due is not None and due > now and due not in checkpoint_ticks:
-                    checkpoint_ticks.add(due)
-                    eng.schedule(due, Kind.TICK)
+        # victims guarded by a checkpoint window: one cycle when the earliest waiting preemptor's
+        # victims line up (one such cycle outstanding at a time, so waits do not multiply cycles)
+        due = min(
+            (
+                h.until
+                for p in result.pending
+                for h in p.holds
+                if h.guard == CHECKPOINT and h.until is not None and h.until > now
+            ),
+            default=math.inf,
+        )
+        if due < math.inf and not (now < checkpoint_tick[0] <= due):
+            checkpoint_tick[0] = due
+            eng.schedule(due, Kind.TICK)
         if check:
             c.check_invariants()
         if log is not None:
