@@ -33,14 +33,16 @@ HOUR = 3600.0
 
 
 def queues_profile(reclaim: dict[str, object], preempt: dict[str, object] | None = None) -> Profile:
-    """The built-in phalanx-queues with these reclaim (and preempt) arguments."""
+    """The built-in phalanx-queues without its victim guards, then with these reclaim (and preempt)
+    arguments."""
     data = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
     data = copy.deepcopy(data)
+    off = {"checkpoint_window": 0, "repeat_window": 0}
     for a in data["actions"]:
         if a["name"] == "reclaim":
-            a["args"].update(reclaim)
+            a["args"].update(off | reclaim)
         if a["name"] == "preempt":
-            a["args"].update(preempt or {})
+            a["args"].update(off | (preempt or {}))
     data["order"][1]["args"]["thresholds"] = [3600, 36000]
     return compile_profile(data, "test profile")
 

@@ -105,7 +105,7 @@ def victims(
 
     Lazy: callers stop as soon as enough is freed. With `queues`, only those queues are looked
     at (and only their victims are worked out). `guards` leave out victims not just after a
-    checkpoint (unless `exempt`) and victims evicted lately for a preemptor of `shape`.
+    checkpoint and victims evicted lately for a preemptor of `shape`, unless `exempt`.
     """
     running = session.snapshot.running
     names = set(queues) if queues is not None else set(_running_by_queue(session))
@@ -117,10 +117,12 @@ def victims(
         for v in pool
         if v.entry.workload.name in running
         and eligible(v.entry)
-        and (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
         and (
-            window <= 0
-            or (since_checkpoint(now, v.entry) or 0.0) <= window
+            (
+                (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
+                # a shrink keeps the work done (the resize checkpoints in place): no wait
+                and (window <= 0 or v.shrink or (since_checkpoint(now, v.entry) or 0.0) <= window)
+            )
             or (exempt is not None and exempt(v.entry))
         )
     )

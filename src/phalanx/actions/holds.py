@@ -79,10 +79,10 @@ def guard_of(
     detail: str,
     guards: Guards = NO_GUARDS,
     shape: object = None,
-    windowed: bool = True,
+    guarded: bool = True,
 ) -> Hold | None:
-    """What protects running `entry` from `action` now: not preemptible, its minimum runtime, a
-    recent eviction for this shape, or its next checkpoint not yet come."""
+    """What protects running `entry` from `action` now: not preemptible, its minimum runtime, and
+    (if `guarded`) a recent eviction for this shape or its next checkpoint not yet come."""
     w = entry.workload
     started = run_start(entry)
     now = session.clock
@@ -91,11 +91,11 @@ def guard_of(
         return Hold(action, NOT_PREEMPTIBLE, entry.name, started + rt if rt else None, detail=detail)
     if now - started < min_runtime:
         return Hold(action, MIN_RUNTIME, entry.name, started + min_runtime, min_runtime, detail)
-    again = repeated_until(session, entry, shape, guards.repeat_window)
+    again = repeated_until(session, entry, shape, guards.repeat_window) if guarded else None
     if again is not None:
         return Hold(action, REPEAT, entry.name, again, guards.repeat_window, detail)
     window = guards.checkpoint_window
-    ago = since_checkpoint(now, entry) if window > 0 and windowed else None
+    ago = since_checkpoint(now, entry) if window > 0 and guarded else None
     if ago is not None and ago > window:
         due = now - ago + entry.workload.checkpoint_interval + settle(window)
         return Hold(action, CHECKPOINT, entry.name, due, window, detail)

@@ -11,8 +11,8 @@ A workload that finds no victims because a guard protects them (the minimum runt
 quantum, a victim that is not preemptible) is told which guard and until when (`actions.holds`).
 `checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards`: evict
 only just after a victim's checkpoint (the preemptor waits for it), and never the same victim
-twice for preemptors of one shape within the window. A preemptor of higher priority does not
-wait for checkpoints: priority preempts at once.
+twice for preemptors of one shape within the window. Neither holds back a preemptor of higher
+priority than its victim: priority preempts at once (issue 27), and cannot ping-pong.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Preempt:
 
     @staticmethod
     def _exempt(entry: WorkloadEntry) -> Callable[[WorkloadEntry], bool]:
-        """Victims of lower priority than the preemptor: evicted at once, not at their checkpoint."""
+        """Victims of lower priority than the preemptor: evicted at once, whatever the guards say."""
         return lambda v: entry.workload.priority > v.workload.priority
 
     def _hold(self, session: Session, entry: WorkloadEntry, gang: list[Task]) -> None:
@@ -140,9 +140,9 @@ class Preempt:
             if v.name == entry.name or not self.outranks(session, entry, v, quantum=False):
                 continue
             about = f"priority {v.workload.priority}"
-            windowed = entry.workload.priority <= v.workload.priority  # priority does not wait
+            alike = entry.workload.priority <= v.workload.priority  # priority does not wait
             hold = holds.guard_of(
-                session, self.name, v, self.min_runtime, about, self.guards, entry.demand_key, windowed
+                session, self.name, v, self.min_runtime, about, self.guards, entry.demand_key, alike
             )
             if not self.outranks(session, entry, v):  # its time slice has not ended
                 sliced = Hold(self.name, QUANTUM, v.name, run_start(v) + self.quantum, self.quantum, about)
