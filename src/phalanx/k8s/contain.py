@@ -53,3 +53,39 @@ class Contain:
         except Exception as e:
             self.problems[label(kind, obj)] = describe(kind, obj, e)
             return None
+
+
+def mapping(x: Any) -> dict[str, Any]:
+    """`x` if it is a mapping, else {}: for fields read after the object's own translation passed."""
+    return x if isinstance(x, dict) else {}
+
+
+def mappings(x: Any) -> list[dict[str, Any]]:
+    """The mappings of a list field (anything else in it, or a field that is no list: none)."""
+    return [e for e in x if isinstance(e, dict)] if isinstance(x, list) else []
+
+
+def shape(obj: dict[str, Any]) -> str:
+    """What is wrong with an object's outline (what every reader of it takes for granted), or ""."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "metadata is not a mapping"
+    for f in ("labels", "annotations"):
+        if meta.get(f) is not None and not isinstance(meta[f], dict):
+            return f"metadata.{f} is not a mapping"
+    for f in ("spec", "status"):
+        if obj.get(f) is not None and not isinstance(obj[f], dict):
+            return f"{f} is not a mapping"
+    return ""
+
+
+def outlined(kind: str, objs: list[dict[str, Any]], contain: Contain) -> list[dict[str, Any]]:
+    """The objects whose outline can be read; the others left out, each named in one problem."""
+    out = []
+    for obj in objs:
+        why = shape(obj) if isinstance(obj, dict) else "not a mapping"
+        if not why:
+            out.append(obj)
+        elif isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+            contain.problems[label(kind, obj)] = f"{label(kind, obj)}: cannot be read ({why}); left out"
+    return out

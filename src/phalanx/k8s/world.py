@@ -29,7 +29,7 @@ from phalanx.k8s import keys, native
 from phalanx.k8s import kueue as kueue_keys
 from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.contain import Contain, describe, label
+from phalanx.k8s.contain import Contain, describe, label, mapping, mappings, outlined
 from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.groups import Group, ended_members, group_pods, workload_of
@@ -115,9 +115,9 @@ class World:
 
 
 def _ready(obj: dict[str, Any]) -> bool:
-    if (obj.get("spec") or {}).get("unschedulable"):
+    if mapping(obj.get("spec")).get("unschedulable"):
         return False
-    for c in (obj.get("status") or {}).get("conditions") or []:
+    for c in mappings(mapping(obj.get("status")).get("conditions")):
         if c.get("type") == "Ready":
             return bool(c.get("status") == "True")
     return True
@@ -146,6 +146,8 @@ def build_world(
 ) -> World:
     memo = memo or Translations()
     contain = Contain()
+    nodes, pods = outlined("Node", nodes, contain), outlined("Pod", pods, contain)
+    pod_groups = outlined("PodGroup", pod_groups, contain)
     dra = dra or DraObjects()
     if kueue is not None:
         contain.problems.update(kueue.problems)
@@ -162,7 +164,11 @@ def build_world(
             ]
             continue
         if n.name in devices.by_node:
-            n = _with_dra(n, devices)
+            with_dra = contain("Node", obj, partial(_with_dra, n, devices))
+            if with_dra is None:  # its published devices do not make a node: left out, named
+                node_problems[n.name] = contain.problems[label("Node", obj)]
+                continue
+            n = with_dra
         parsed.append(n)
         ready[n.name] = _ready(obj)
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
@@ -193,7 +199,7 @@ def build_world(
             continue
         p = contain("Pod", obj, partial(memo.pod, obj, cfg))
         if p is None:
-            if (obj.get("spec") or {}).get("schedulerName") == cfg.scheduler_name:
+            if mapping(obj.get("spec")).get("schedulerName") == cfg.scheduler_name:
                 meta = obj.get("metadata") or {}
                 w.pod_problems[f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"] = (
                     contain.problems[label("Pod", obj)]
@@ -515,7 +521,7 @@ class _Claims:
             if alloc is None:
                 continue
             self.snap.reserve_claim(alloc)
-            users = {str(r.get("uid", "")) for r in (obj.get("status") or {}).get("reservedFor") or []}
+            users = {str(r.get("uid", "")) for r in mappings(mapping(obj.get("status")).get("reservedFor"))}
             if users & our_bound or not alloc.node or alloc.node not in self.snap.cluster.index:
                 continue
             i = self.snap.node_index(alloc.node)
@@ -524,7 +530,11 @@ class _Claims:
                 self.snap.hold_devices(i, held)
 
     def attach(self, p: PodInfo, obj: dict[str, Any], pg: dict[str, Any] | None = None) -> PodInfo:
-        names = pod_claim_names(obj)
+        try:
+            names = pod_claim_names(obj)
+        except Exception as e:  # a pod's own fields: it waits, and says why
+            self.waiting[p.key] = f"pod {p.key}: its resourceClaims cannot be read ({type(e).__name__}: {e})"
+            return p
         if not names:
             return p
         if pg is not None:  # the PodGroup's claims: shared by its pods, reserved for the PodGroup

@@ -210,27 +210,41 @@ def parse_device(
 def parse_slices(slices: Iterable[dict[str, Any]], nic_drivers: tuple[str, ...]) -> Devices:
     """Complete pools' devices by node; incomplete or invalid pools are left out and named."""
     out = Devices()
-    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pools: dict[tuple[str, str], list[tuple[dict[str, Any], int]]] = {}
     for s in slices:
-        spec = s.get("spec") or {}
-        pool = spec.get("pool") or {}
-        pools.setdefault((str(spec.get("driver", "")), str(pool.get("name", ""))), []).append(s)
-    for (driver, pool), items in sorted(pools.items()):
-        label = f"ResourcePool {driver}/{pool}"
-        gen = max(int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in items)
-        current = [
-            s for s in items if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) == gen
-        ]
-        want = int(((current[0].get("spec") or {}).get("pool") or {}).get("resourceSliceCount") or 1)
-        if len(current) < want:
-            out.problems[label] = (
-                f"{label}: incomplete, {len(current)} of {want} slices of generation {gen}; left out"
+        try:
+            spec = s.get("spec") or {}
+            pool = spec.get("pool") or {}
+            key, gen = (
+                (str(spec.get("driver", "")), str(pool.get("name", ""))),
+                int(pool.get("generation") or 0),
+            )
+        except Exception as e:  # the API server checks these; a test double or a future field may not
+            name = (
+                str((s.get("metadata") or {}).get("name", "")) if isinstance(s.get("metadata"), dict) else ""
+            )
+            out.problems[f"ResourceSlice {name}"] = (
+                f"ResourceSlice {name}: cannot be read ({type(e).__name__}: {e}); left out"
             )
             continue
+        pools.setdefault(key, []).append((s, gen))
+    for (driver, pool), entries in sorted(pools.items()):
+        label = f"ResourcePool {driver}/{pool}"
+        gen = max(g for _, g in entries)
+        current = [s for s, g in entries if g == gen]
         try:
+            want = int(((current[0].get("spec") or {}).get("pool") or {}).get("resourceSliceCount") or 1)
+            if len(current) < want:
+                out.problems[label] = (
+                    f"{label}: incomplete, {len(current)} of {want} slices of generation {gen}; left out"
+                )
+                continue
             devices, counter_sets = _pool(current, driver, pool, nic_drivers)
         except SpecError as e:
             out.problems[label] = f"{label}: {e}; left out"
+            continue
+        except Exception as e:  # whatever field broke it: the pool is left out and named, never the cycle
+            out.problems[label] = f"{label}: cannot be read ({type(e).__name__}: {e}); left out"
             continue
         names = [d.name for d in devices]
         if len(set(names)) != len(names):
@@ -263,9 +277,16 @@ def _pool(
     for s in sorted(slices, key=lambda x: str((x.get("metadata") or {}).get("name", ""))):
         spec = s.get("spec") or {}
         where = f"ResourceSlice {(s.get('metadata') or {}).get('name', '')}"
-        node = str(spec.get("nodeName") or "")
+        node = spec.get("nodeName") or ""
         all_nodes = bool(spec.get("allNodes"))
         selector = spec.get("nodeSelector")
+        if not isinstance(node, str):
+            raise SpecError(f"{where}: spec.nodeName", f"must be a node's name, got {node!r:.40}")
+        if not (node or all_nodes or selector or spec.get("perDeviceNodeSelection")):
+            # the API requires one; without it the devices would look reachable from every node
+            raise SpecError(
+                f"{where}: spec", "names no node (nodeName, allNodes, nodeSelector or perDeviceNodeSelection)"
+            )
         for cs in spec.get("sharedCounters") or []:
             counters = {
                 k: milli(v["value"], f"{where}: sharedCounters")
