@@ -98,6 +98,11 @@ class Toleration:
         return self.key == taint.key and self.value == taint.value
 
 
+# The largest CPU (milli) or memory (MiB) amount taken in: far beyond any machine, and well inside
+# the int64 arrays the cycle keeps them in (a pod asking 2**63 millicores must not overflow a cycle).
+MAX_AMOUNT = 2**53
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A machine: allocatable CPU/memory, labels, taints, topology path and devices."""
@@ -119,10 +124,10 @@ class Node:
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("name", "node name must not be empty")
-        if self.cpu_milli < 0:
-            raise SpecError("cpu_milli", f"CPU must be >= 0, got {self.cpu_milli}")
-        if self.memory_mib < 0:
-            raise SpecError("memory_mib", f"memory must be >= 0, got {self.memory_mib}")
+        if not 0 <= self.cpu_milli <= MAX_AMOUNT:
+            raise SpecError("cpu_milli", f"CPU must be in [0, {MAX_AMOUNT}], got {self.cpu_milli}")
+        if not 0 <= self.memory_mib <= MAX_AMOUNT:
+            raise SpecError("memory_mib", f"memory must be in [0, {MAX_AMOUNT}] MiB, got {self.memory_mib}")
         seen: set[int] = set()
         for i, g in enumerate(self.gpus):
             if g.index in seen:
@@ -269,6 +274,8 @@ class TaskRequest:
             raise SpecError("cpu_milli", f"CPU request must be >= 0, got {self.cpu_milli}")
         if self.memory_mib < 0:
             raise SpecError("memory_mib", f"memory request must be >= 0, got {self.memory_mib}")
+        if self.cpu_milli > MAX_AMOUNT or self.memory_mib > MAX_AMOUNT:
+            raise SpecError("resources", f"CPU (milli) and memory (MiB) requests must be <= {MAX_AMOUNT}")
         if self.rdma_nics < 0:
             raise SpecError("rdma_nics", f"RDMA NIC count must be >= 0, got {self.rdma_nics}")
         if self.gpu.kind is GpuKind.MIG and self.gpu.devices != 1:
