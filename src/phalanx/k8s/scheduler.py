@@ -158,10 +158,12 @@ class Scheduler:
         """Whether a cycle now would decide nothing: nothing in the store changed since a cycle
         that left nothing waiting, binding, evicting or to clean up (then the core's answer
         depends on no clock). A quiet cluster is still looked at every `quiet_recheck_s`."""
+        save_due = self.service_loaded and self.clock() - self.service_saved >= self.cfg.service_save_s
         return (
             self.quiet_at is not None
             and self.quiet_at == self.store.generation
             and time.monotonic() - self.last_cycle < self.cfg.quiet_recheck_s
+            and not save_due  # the attained-service record is kept fresh even on a quiet cluster
         )
 
     # ------------------------------------------------------------------ one cycle
