@@ -73,16 +73,18 @@ def _capture() -> cap.Capture:
         pod("train-0", ns="team-owl", gpus=4, annotations=notes, node="kestrel-7"),
         pod("train-1", ns="team-owl", gpus=4, annotations=notes | {"note": "GPU-kestrel-7-0003 true"}),
     ]
-    return cap.Capture({"nodes": nodes, "pods": pods}, NOW, ["nodes", "pods"])
+    why = 'jobs.batch is forbidden: User "system:serviceaccount:owls:reader" cannot list resource "jobs"'
+    return cap.Capture({"nodes": nodes, "pods": pods}, NOW, ["nodes", "pods"], {"batch/v1/jobs": why})
 
 
 def test_redaction_hides_names_inside_longer_strings_and_keeps_hardware_and_plain_values() -> None:
     r = redact(_capture())
     text = json.dumps(r.to_dict())
-    for name in ("kestrel-7", "quokka", "train-0", "team-owl", "gang-x"):
+    for name in ("kestrel-7", "quokka", "train-0", "team-owl", "gang-x", "busybox", "owls:reader"):
         assert name not in text
     n = r.objects["nodes"][0]["metadata"]["labels"]
     assert n["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" and n["kubernetes.io/arch"] == "amd64"
+    assert r.objects["pods"][0]["spec"]["containers"][0]["image"].startswith("r")  # busybox: hashed
     note = r.objects["pods"][1]["metadata"]["annotations"]["note"]
     assert note.startswith("GPU-r") and note.endswith("-0003 true")
     # stable: the node's name and the pod's nodeName meet, in this capture and the next

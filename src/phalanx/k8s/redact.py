@@ -6,6 +6,7 @@ hash: references still meet, so the redacted capture replays to the same decisio
 hash is stable (the same name gives the same hash in every capture), unsalted unless a salt
 is given: a short common name can be guessed by hashing candidates.
 
+Container images, service accounts, host names and the user named in a refusal are hashed whole.
 Kept as they are, because they describe hardware or software rather than a user: label values
 of GPU, feature-discovery, OS, architecture and instance-type keys, DeviceClass names and DRA
 driver names (vendor-defined), the namespaces and queue `default` and `kube-system`, and
@@ -29,6 +30,9 @@ KEEP_LABEL_PREFIXES = (
     "beta.kubernetes.io/",
     "node.kubernetes.io/instance-type",
 )
+# fields no cycle reads that say who runs what: hashed whole wherever they are
+_ALWAYS = frozenset({"image", "serviceAccountName", "serviceAccount", "hostname", "subdomain"})
+_USER = re.compile(r'(User|user|group) "[^"]*"')
 _NAMING_NOTES = frozenset({*keys.GROUP_KEYS, *keys.QUEUE_KEYS, keys.DATASET})
 KEEP_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 _TOKEN = re.compile(r"[A-Za-z0-9._-]+")
@@ -120,6 +124,8 @@ class _Redactor:
 
     def value(self, v: Any, key: str = "") -> Any:
         if isinstance(v, str):
+            if key in _ALWAYS:
+                return _hash(v, self.salt)
             return v if _kept_label(key) else self.text(v)
         if isinstance(v, list):
             return [self.value(x) for x in v]
@@ -136,7 +142,10 @@ def redact(cap: Capture, salt: str = "") -> Capture:
         objects,
         cap.time,
         list(cap.served),
-        {k: r.text(w) for k, w in cap.unreadable.items()},
+        {
+            k: r.text(_USER.sub(lambda m: f'{m[1]} "{_hash(m[0], salt)}"', w))
+            for k, w in cap.unreadable.items()
+        },
         {r.text(k): r.text(w) for k, w in cap.problems.items()},
         cap.server,
         True,
