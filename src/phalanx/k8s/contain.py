@@ -34,11 +34,22 @@ def named(kind: str, obj: dict[str, Any], text: str) -> str:
     return f"{lab}: {text}"
 
 
+def brief(e: Exception) -> str:
+    """An error in one line: a problem line is one line (pydantic's own are several, with a URL)."""
+    errors = getattr(e, "errors", None)
+    if callable(errors) and type(e).__name__ == "ValidationError":
+        try:
+            return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors()[:3])
+        except Exception:  # an errors() of another shape: the text, flattened
+            pass
+    return " ".join(str(e).split())
+
+
 def describe(kind: str, obj: dict[str, Any], e: Exception) -> str:
     if isinstance(e, SpecError):
-        return named(kind, obj, str(e))
+        return named(kind, obj, " ".join(str(e).split()))
     log.warning("%s could not be read", label(kind, obj), exc_info=e)
-    return named(kind, obj, f"cannot be read ({type(e).__name__}: {e})")
+    return named(kind, obj, f"cannot be read ({type(e).__name__}: {brief(e)})")
 
 
 class Contain:

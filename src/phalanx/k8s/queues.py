@@ -25,6 +25,7 @@ from typing import Any
 
 from phalanx.core.errors import SpecError
 from phalanx.core.queues import QueueTree
+from phalanx.k8s.contain import brief
 from phalanx.spec.quantity import cpu_milli, memory_mib
 from phalanx.spec.queues import build_queues
 
@@ -231,7 +232,7 @@ def build_tree(
             build_queues([spec | {"parent": ""}], {}, f"Queue {name}: ")
             specs[name] = spec
         except SpecError as e:
-            problems[name] = _named(name, str(e))
+            problems[name] = _named(name, " ".join(str(e).split()))
     ordered = sorted(
         objects, key=lambda o: not str(o.get("apiVersion", "")).startswith("scheduling.phalanx.io")
     )
@@ -247,11 +248,11 @@ def build_tree(
             build_queues([specs[name] | {"parent": ""}], {}, f"Queue {name}: ")  # the quotas on their own
         except SpecError as e:
             specs.pop(name, None)
-            problems[name] = _named(name, str(e))
+            problems[name] = _named(name, " ".join(str(e).split()))
         except Exception as e:
             specs.pop(name, None)
             log.warning("Queue %s could not be read", name, exc_info=True)
-            problems[name] = f"Queue {name}: cannot be read ({type(e).__name__}: {e})"
+            problems[name] = f"Queue {name}: cannot be read ({type(e).__name__}: {brief(e)})"
     if not specs and not problems:
         return None, {}
     if default_queue not in specs and default_queue not in problems:
