@@ -141,9 +141,21 @@ class ControlPlane:
         p.kill()
         p.wait(timeout=10)
 
+    def restart(self, name: str) -> None:
+        """SIGKILL one component ("etcd", "kube-apiserver", ...) and start it again with the same
+        arguments (same port, same data): what a crashed static pod does under kubelet."""
+        p = self.procs[name]
+        args = [str(a) for a in p.args]  # type: ignore[union-attr]
+        self._kill(name)
+        self._spawn(name, args)
+        if name == "etcd":
+            self._wait(self.etcd_url + "/health", "etcd", name="etcd", ours=False)
+        elif name == "kube-apiserver":
+            self._wait(self.url + "/readyz", "kube-apiserver /readyz")
+
     # ------------------------------------------------------------------ components
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.dir / "logs" / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        log = open(self.dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[name] = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )

@@ -1,0 +1,227 @@
+"""What bench_churn counts while it runs: a sample of the pods every 2 s, RSS and /metrics every 10 s."""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from phalanx.k8s.kinds import EVENTS, PODS
+
+SAMPLE_S = 0.5
+LASTING_S = 2.0  # a gang partial for longer than two 1 s cycles
+BUCKETS = re.compile(r'^phalanx_cycle_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Watcher:
+    def __init__(self, kube: Any, ns: str, jobs: Any, replicas: list[Any], out: Path) -> None:
+        self.kube, self.ns, self.jobs, self.replicas, self.out = kube, ns, jobs, replicas, out
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+        self.node_of: dict[str, str] = {}  # pod uid -> node
+        self.bound_ever: set[str] = set()
+        self.double_binds: list[str] = []
+        self.gpu_twice: set[str] = set()
+        self.evicted: set[str] = set()
+        self.partial_since: dict[str, float] = {}
+        self.partials: list[tuple[str, float, float]] = []  # (gang, from, seconds), seen in >= 2 samples
+        self.no_reason: set[str] = set()
+        self.rss: list[tuple[float, str, float]] = []
+        self.cycles: dict[str, dict[float, float]] = {}  # incarnation -> le -> count
+        self.errors = 0
+        self.waiting_now: list[str] = []
+        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._pods, self._every10)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # ------------------------------------------------------------------ pods
+    def _pods(self) -> None:
+        last_reasons = 0.0
+        while not self.stop_event.wait(SAMPLE_S):
+            try:
+                pods, _ = self.kube.api.list(PODS)
+            except Exception:
+                self.errors += 1  # the API restarting
+                continue
+            pods = [p for p in pods if p["metadata"]["namespace"] == self.ns]
+            self._bound(pods)
+            if self._now() - last_reasons > 30:
+                last_reasons = self._now()
+                self._reasons(pods)
+
+    def _bound(self, pods: list[dict[str, Any]]) -> None:
+        now = self._now()
+        bound: dict[str, str] = {}
+        held: dict[tuple[str, str], str] = {}
+        for p in pods:
+            meta, spec = p["metadata"], p["spec"]
+            name, uid, where = meta["name"], meta["uid"], spec.get("nodeName") or ""
+            if meta.get("deletionTimestamp"):
+                if name not in self.jobs.deleted:
+                    self.evicted.add(name)
+                    with contextlib.suppress(Exception):  # play the kubelet: a victim goes
+                        self.kube.api.delete(PODS, name, self.ns, 0)
+                continue
+            if not where:
+                continue
+            bound[name] = where
+            self.bound_ever.add(uid)
+            if self.node_of.setdefault(uid, where) != where:
+                self.double_binds.append(f"{name}: {self.node_of[uid]} then {where}")
+            devices = (meta.get("annotations") or {}).get("phalanx.io/gpu-devices", "")
+            notes = meta.get("annotations") or {}
+            if devices and "gpu-fraction" not in notes and "phalanx.io/mig-slice" not in notes:
+                for d in devices.split(","):
+                    other = held.setdefault((where, d), name)
+                    if other != name:
+                        self.gpu_twice.add(f"{where} GPU {d}: {other} and {name}")
+        for job, (names, gang) in list(self.jobs.live.items()):
+            if not gang:
+                continue
+            n = sum(1 for x in names if x in bound)
+            if 0 < n < len(names):
+                self.partial_since.setdefault(job, now)
+            elif job in self.partial_since:
+                self._partial_ended(job, now)
+        self.waiting_now = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+        self.jobs.tick(bound, time.monotonic())
+
+    def _partial_ended(self, job: str, now: float) -> None:
+        since = self.partial_since.pop(job)
+        if now - since > LASTING_S:
+            self.partials.append((job, since, now - since))
+
+    def _reasons(self, pods: list[dict[str, Any]]) -> None:
+        """Pods of ours waiting over 60 s without one Event about them."""
+        try:
+            events, _ = self.kube.api.list(EVENTS)
+        except Exception:
+            return
+        told = {
+            (e.get("involvedObject") or {}).get("name")
+            for e in events
+            if e["metadata"].get("namespace") == self.ns
+        }
+        now = time.time()
+        for p in pods:
+            meta = p["metadata"]
+            created = calendar.timegm(time.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+            if not p["spec"].get("nodeName") and now - created > 60 and meta["name"] not in told:
+                self.no_reason.add(meta["name"])
+
+    # ------------------------------------------------------------------ replicas
+    def _every10(self) -> None:
+        with httpx.Client(timeout=5) as c:
+            while not self.stop_event.wait(10):
+                for r in self.replicas:
+                    if r.proc is None or r.proc.poll() is not None:
+                        continue
+                    self.rss.append((self._now(), r.key, _rss_mib(r.proc.pid)))
+                    try:
+                        text = c.get(f"http://127.0.0.1:{r.port}/metrics").text
+                    except httpx.HTTPError:
+                        continue
+                    self.cycles[r.key] = {
+                        float(le): float(n) for le, n in BUCKETS.findall(text) if le != "+Inf"
+                    }
+
+    # ------------------------------------------------------------------ the end
+    def stop(self) -> dict[str, Any]:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        for job in list(self.partial_since):
+            self._partial_ended(job, self._now())
+        lasting = [(j, round(f), round(s, 1)) for j, f, s in self.partials]
+        return {
+            "pods_bound": len(self.bound_ever),
+            "evictions": len(self.evicted),
+            "double_binds": self.double_binds,
+            "gpu_given_twice": sorted(self.gpu_twice),
+            "gangs_partial_over_2s": len(self.partials),
+            "gangs_partial_longest_s": max((s for _, _, s in self.partials), default=0.0),
+            "gangs_partial_detail": lasting[:20],
+            "waited_over_60s_with_no_event": sorted(self.no_reason)[:20],
+            "waited_no_event_count": len(self.no_reason),
+            "cycle_seconds": _percentiles(self.cycles),
+            "rss": _rss_summary(self.rss),
+            "plot": _plot(self.rss, self.out / "rss.png"),
+            "sample_errors": self.errors,
+            "waiting_at_the_end": len(self.waiting_now),
+        }
+
+
+def _percentiles(by_incarnation: dict[str, dict[float, float]]) -> dict[str, Any]:
+    """p50/p90/p99 as the bucket bound they fall under, over every incarnation's cycles."""
+    total: dict[float, float] = {}
+    for b in by_incarnation.values():
+        for le, n in b.items():
+            total[le] = total.get(le, 0.0) + n
+    if not total:
+        return {}
+    count = max(total.values())
+    out: dict[str, Any] = {"cycles": int(count)}
+    for q in (0.5, 0.9, 0.99):
+        out[f"p{int(q * 100)}_under_s"] = next((le for le in sorted(total) if total[le] >= q * count), "inf")
+    return out
+
+
+def _rss_summary(rss: list[tuple[float, str, float]]) -> dict[str, Any]:
+    """Per incarnation: RSS 10 min after it started (or its first sample), its peak after, growth."""
+    out: dict[str, Any] = {}
+    by: dict[str, list[tuple[float, float]]] = {}
+    for t, key, mib in rss:
+        by.setdefault(key, []).append((t, mib))
+    for key, pts in by.items():
+        t0 = pts[0][0]
+        late = [m for t, m in pts if t - t0 >= 600] or [m for _, m in pts]
+        out[key] = {
+            "lived_s": round(pts[-1][0] - t0),
+            "first_mib": round(pts[0][1]),
+            "at_10min_mib": round(late[0]),
+            "peak_mib": round(max(m for _, m in pts)),
+            "growth_after_10min_pct": round(100 * (max(late) - late[0]) / max(late[0], 1), 1),
+        }
+    return out
+
+
+def _plot(rss: list[tuple[float, str, float]], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib missing: no plot"
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for key in sorted({k for _, k, _ in rss}):
+        pts = [(t / 60, m) for t, k, m in rss if k == key]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_title("phalanx scheduler replicas under churn (each kill starts a new incarnation)")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    return str(path)
