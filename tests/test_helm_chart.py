@@ -276,7 +276,10 @@ def test_default_pod_settings_are_todays():
         assert specs[ds]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert not any(s.get("hostNetwork") for s in specs.values())
     sched = container(docs, "Deployment", "phalanx-scheduler")
-    assert sched["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1536Mi"}}
+    assert sched["resources"] == {
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+        "limits": {"memory": "1536Mi"},
+    }
     assert sched["securityContext"] == {
         "runAsNonRoot": True,
         "runAsUser": 65532,
