@@ -99,9 +99,10 @@ def cached_build(kind: str, digest: str, *args: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with locked(cache / ".lock"):  # test runs of several checkouts build one at a time
         if not out.is_file():
-            # the newest few stay: another checkout's run may still import its own
-            for old in sorted(cache.glob(f"{kind}-*.tar"), key=lambda f: f.stat().st_mtime)[:-3]:
-                old.unlink()
+            # what another checkout's run used in the last hours stays: it may still import it
+            for old in cache.glob(f"{kind}-*.tar"):
+                if time.time() - old.stat().st_mtime > 6 * 3600:
+                    old.unlink()
             r = subprocess.run([str(BUILD), "--out", str(out), *args], capture_output=True, text=True)
             if r.returncode != 0:
                 pytest.fail(f"deploy/image/build.sh {' '.join(args)} failed:\n{r.stderr[-4000:]}")
