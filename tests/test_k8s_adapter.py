@@ -420,3 +420,17 @@ def test_a_quiet_cluster_is_not_cycled_again_until_something_changes(fake):
     s.last_cycle -= s.cfg.quiet_recheck_s  # and a quiet cluster is still looked at now and then
     assert not s.quiet()
     s.stop()
+
+
+def test_a_gang_undone_by_a_refused_bind_says_why_on_its_pods(fake):
+    """Placed, then a bind refused (400): the gang is undone; its pods must not wait without a word."""
+    cluster(fake, 1, gpus=4)
+    gang(fake, "g", 2, gpus=2)
+    fake.fail("POST", "/pods/g-1/binding", status=400)
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert "default/g" in report.outcome.broken
+    s.explainer.flush()
+    told = dict(events(fake, "g-1"))
+    assert "could not be bound" in told.get("BindFailed", ""), told
+    s.stop()

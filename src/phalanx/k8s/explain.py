@@ -164,11 +164,14 @@ class Explainer:
         insight: dict[str, str] | None = None,
         held: dict[str, tuple[Hold, ...]] | None = None,
         bound: Collection[str] | None = None,
+        broken: dict[str, str] | None = None,
     ) -> None:
         """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label;
         `insight`: per waiting workload, its start forecast and what would start it now;
         `held`: preemptors whose binds wait for their victims (terminating, or refused by a
-        PodDisruptionBudget), with why; `bound`: the pods really bound this cycle (default: every bind)."""
+        PodDisruptionBudget), with why; `bound`: the pods really bound this cycle (default: every bind);
+        `broken`: gangs placed but undone by the act side (a claim or bind the API refused), with why:
+        without an Event their pods would wait with no word."""
         budget = [self.max_events]
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
@@ -195,6 +198,18 @@ class Explainer:
                         budget,
                     )
             scheduled[name] = ("False", "WaitingForPods" if short else "Invalid", text)
+        for name, undone in (broken or {}).items():
+            group = world.groups.get(name)
+            for p in group.pods if group is not None else ():
+                if not p.node and p.key in pod_objects:
+                    self._event(
+                        p.key,
+                        pod_objects[p.key],
+                        "BindFailed",
+                        f"placed, then undone: {undone}",
+                        True,
+                        budget,
+                    )
         if result is not None:
             for b in result.binds:
                 gpus = f" GPUs {','.join(map(str, b.gpus))}" if b.gpus else ""

@@ -242,7 +242,7 @@ class Scheduler:
         if self.cfg.stage_ahead_s > 0:
             self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
         held = _held(result, out, binds)
-        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound)
+        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound, out.broken)
         self._board(world, result, out, binds, insight, now)
         t_end = time.perf_counter()
         seconds = t_end - t0
