@@ -38,6 +38,7 @@ from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.localcluster import ControlPlane, Unavailable
 from phalanx.k8s.scheduler import Scheduler
 from phalanx.k8s.server import serve
+from phalanx.k8s.shadow import Shadow
 from phalanx.k8s.webhook import CertSource, Webhook
 from phalanx.profiles import load_profile
 from test_e2e_native import GATES
@@ -51,6 +52,7 @@ VALUES = {
     "scheduler": {"gpuShares": "reservation"},
     "devicePlugin": {"enabled": True},
     "cache": {"enabled": True},
+    "shadow": {"enabled": True},
 }
 # Granted, not (always) called in this tour, each with the reason it stays: (account, group,
 # resource, verb) -> why.
@@ -115,12 +117,13 @@ def tour(audited: tuple[Kube, Path], tmp_path_factory: pytest.TempPathFactory) -
             kube.apply(d)
     cfgs = {
         n: str(kube.cp.kubeconfig_for_token(_token(kube, f"phalanx-{n}"), n))
-        for n in ("scheduler", "webhook", "node", "device-plugin", "cache", "gpu-reservation")
+        for n in ("scheduler", "webhook", "node", "device-plugin", "cache", "gpu-reservation", "shadow")
     }
     tmp = tmp_path_factory.mktemp("tour")
     with _Hook(kube, docs, cfgs["webhook"]):
         _scheduler_tour(kube, cfgs, tmp)
     _node_side(kube, cfgs, tmp)
+    _shadow(kube, cfgs["shadow"])
     return rbac_audit.uses(log, NS)
 
 
@@ -280,8 +283,8 @@ def _share(kube: Kube, reservation_cfg: str, tmp: Path) -> None:
     wait_for("its reservation pod deleted", lambda: not reservation(), timeout=30)
 
 
-def _reviewed_caller(kube: Kube, s: Scheduler, api: Api) -> None:
-    """/metrics asked for with a token: a TokenReview and a SubjectAccessReview, sent as the scheduler."""
+def _reviewed_caller(kube: Kube, s: Scheduler | Shadow, api: Api) -> None:
+    """/metrics asked for with a token: a TokenReview and a SubjectAccessReview, sent as `api`'s account."""
     server = serve(
         0,
         s.metrics,
@@ -300,6 +303,26 @@ def _reviewed_caller(kube: Kube, s: Scheduler, api: Api) -> None:
         assert r.status_code == 403  # a known account, not a viewer
     finally:
         server.shutdown()
+
+
+def _shadow(kube: Kube, cfg: str) -> None:
+    """Shadow mode beside another scheduler: it reads what a cycle reads, and reviews its callers."""
+    api = Api.connect(kubeconfig=cfg)
+    s = Shadow(
+        api,
+        AdapterConfig(scheduler_name="default-scheduler", rediscover_seconds=1.0),
+        load_profile("phalanx"),
+    )
+    s.start()
+    t = threading.Thread(target=s.run, daemon=True)
+    t.start()
+    try:
+        assert s.wait_synced(30), "the shadow could not list and watch with its role"
+        _reviewed_caller(kube, s, api)
+    finally:
+        s.close()
+        t.join(timeout=10)
+        api.close()
 
 
 def _dataset(kube: Kube) -> None:
