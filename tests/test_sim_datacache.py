@@ -87,6 +87,20 @@ def test_staging_ahead_warms_the_node_a_waiting_gang_will_get() -> None:
     assert ahead.summary()["io_warm_start_pct"] == 100.0
 
 
+def test_warm_copies_a_slow_dataset_to_every_node_into_free_space_only() -> None:
+    # `a` arrives and starts on n0 (copy 80 s); meanwhile n1 copies the dataset too, so `b`
+    # starting on n1 later (n0 busy) finds it warm
+    jobs = [_job("a", 0), _job("b", 200.0)]
+    first = _run(jobs, "first-use", nodes=2)
+    warm = _run(jobs, "warm", nodes=2)
+    assert [j.io_wait_s for j in first.jobs] == [pytest.approx(80.0)] * 2
+    assert [j.io_wait_s for j in warm.jobs] == [pytest.approx(80.0), 0.0]
+    assert warm.summary()["io_staged_tb"] == pytest.approx(0.2)  # one copy per node, no more
+    # a 50 GB cache has no room for the 100 GB dataset: nothing is warmed, and b waits on input
+    tight = _run(jobs, "warm", nodes=2, capacity_gb=50.0)
+    assert [j.io_wait_s for j in tight.jobs][1] > 0.0
+
+
 def test_bad_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown data-cache mode 'later'"):
         DataCache(default_runtime().io, {}, "later")

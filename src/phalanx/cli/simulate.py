@@ -122,7 +122,8 @@ def simulate(
         typer.Option(
             help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
             "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
-            "the forecast places it), or all (the three, side by side). Default: off."
+            "the forecast places it), warm (a slow dataset copied to every node's free cache when its first "
+            "job arrives), or all (none, first-use and ahead, side by side). Default: off."
         ),
     ] = "",
     capture: Annotated[
@@ -149,10 +150,12 @@ def simulate(
             raise SpecError(
                 "--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}"
             )
-        modes = {"": [""], "none": ["none"], "first-use": ["first-use"], "ahead": ["ahead"]}
+        modes = {"": [""], "none": ["none"], "first-use": ["first-use"], "ahead": ["ahead"], "warm": ["warm"]}
         modes["all"] = ["none", "first-use", "ahead"]
         if data_cache not in modes:
-            raise SpecError("--data-cache", f"must be none, first-use, ahead or all, got {data_cache!r}")
+            raise SpecError(
+                "--data-cache", f"must be none, first-use, ahead, warm or all, got {data_cache!r}"
+            )
         if not checkpoint_interval >= 0 or not half_life >= 0:
             raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
         fgd_exps: list[FgdExperiment] = []

@@ -12,6 +12,10 @@ Three modes, as the node cache agent can run (`phalanx cache`):
   (the runtime model weighs both); later jobs on those nodes find it cached (LRU, `capacity_gb`).
 - `ahead`: as `first-use`, and the scheduler also asks the nodes its start forecast gives a
   waiting gang to stage its dataset before the gang starts (one staging at a time per node).
+- `warm`: as `first-use`, and the first time a job arrives with a dataset that takes a while to
+  copy, every node copies it into free cache space (never evicting a cached dataset for it;
+  after the copies `ahead` asked for): a dataset in use is kept warm where any of its jobs may
+  start. No forecast: it costs copies (TB staged), not scheduling time.
 
 The wait is added to the job's run time, and GPU time lost to it is recorded per job.
 """
@@ -38,6 +42,10 @@ class NodeCache:
     cached: OrderedDict[str, float] = field(default_factory=OrderedDict)  # dataset -> bytes, LRU first
     in_use: dict[str, int] = field(default_factory=dict)
     queue: list[str] = field(default_factory=list)  # datasets being staged ahead, in order
+    warm: list[str] = field(default_factory=list)  # datasets to copy into free space (`warm`)
+
+    def free(self) -> float:
+        return self.capacity - self.used()
 
     def used(self) -> float:
         return sum(self.cached.values())
@@ -71,10 +79,11 @@ class DataCache:
     considered: set[str] = field(default_factory=set)  # gangs the forecast was asked about
     planned_starts: int = 0  # gangs planned that started
     planned_right: int = 0  # ... on nodes that were all planned
+    warmed: set[str] = field(default_factory=set)  # datasets `warm` has asked every node to copy
 
     def __post_init__(self) -> None:
-        if self.mode not in ("none", "first-use", "ahead"):
-            raise ValueError(f"unknown data-cache mode {self.mode!r} (none, first-use, ahead)")
+        if self.mode not in ("none", "first-use", "ahead", "warm"):
+            raise ValueError(f"unknown data-cache mode {self.mode!r} (none, first-use, ahead, warm)")
 
     def attach(self, snap: Snapshot) -> None:
         self.nodes = [NodeCache(self.spec.capacity_gb * 1e9) for _ in snap.nodes]
@@ -134,11 +143,23 @@ class DataCache:
                 nc.in_use[job.dataset] -= 1
 
     # ------------------------------------------------------------------ staging ahead
+    def arrive(self, job: JobSpec) -> None:
+        """`warm`: the first job with a dataset that is slow to copy has every node copy it."""
+        ds = job.dataset
+        if self.mode != "warm" or not ds or ds in self.warmed:
+            return
+        if self.sizes.get(ds, 0.0) <= self.spec.min_copy_s * self.spec.stage_gbps * 1e9 / 8:
+            return
+        self.warmed.add(ds)
+        for nc in self.nodes:
+            if ds not in nc.cached:
+                nc.warm.append(ds)
+
     def advance(self, snap: Snapshot, now: float) -> None:
         """Staging ahead moves on: each node copies its queue in order at `stage_gbps`."""
         dt = now - self.last
         self.last = now
-        if dt <= 0 or self.mode != "ahead":
+        if dt <= 0 or self.mode not in ("ahead", "warm"):
             return
         rate = self.spec.stage_gbps * 1e9 / 8
         for i, nc in enumerate(self.nodes):
@@ -158,6 +179,26 @@ class DataCache:
                 snap.set_cached(ds, i, int(nc.cached[ds]))
                 if nc.cached[ds] >= size:
                     nc.queue.pop(0)
+            if budget > 0 and nc.warm:
+                self._warm(snap, i, nc, budget)
+
+    def _warm(self, snap: Snapshot, i: int, nc: NodeCache, budget: float) -> float:
+        """Copy `warm` datasets into free space only, in order; the budget left."""
+        while nc.warm and budget > 0:
+            ds = nc.warm[0]
+            size = self.sizes.get(ds, 0.0)
+            have = nc.cached.get(ds, 0.0)
+            step = min(budget, size - have, nc.free())
+            if step <= 0:
+                nc.warm.pop(0)  # copied already (a job started here), or no free room for it
+                continue
+            nc.cached[ds] = have + step
+            self.staged_bytes += step
+            budget -= step
+            snap.set_cached(ds, i, int(nc.cached[ds]))
+            if nc.cached[ds] >= size:
+                nc.warm.pop(0)
+        return budget
 
     def plan(
         self, snap: Snapshot, profile: Profile, now: float, runtime_of: RuntimeOf = estimated_runtime

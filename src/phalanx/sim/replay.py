@@ -338,6 +338,8 @@ def replay(
                 spec = recs[ev.payload].spec
                 snap.add_workload(spec.workload(checkpoint_interval, spec.duration if estimates else None))
                 shares.arrive(spec.queue, spec.gpu_amount)
+                if data_cache is not None:
+                    data_cache.arrive(spec)
             elif ev.kind is Kind.COMPLETION:
                 r = recs[ev.payload]
                 if ev.token == r.token and ev.payload in running:
