@@ -39,19 +39,22 @@ def test_jain_index_bounds():
 
 
 def test_reclaim_in_replay_restores_the_borrowed_share_and_counts_the_lost_work():
-    # reclaim takes only work that has run an hour (the profile's minimum runtime)
+    # reclaim takes only work that has run an hour (the profile's minimum runtime), and only just
+    # after its checkpoint (the profile's 10 s window): b1 arrives at 4,300 and waits for 4,500
     jobs = team_jobs(duration=6000.0, b_at=4300.0)
     res = replay(gpu_nodes(1), jobs, load_profile("phalanx-queues"), queues=two_teams(), check=True)
     s = res.summary()
-    # one a-job ran 4,300 s, last checkpointed at 4,200: 100 s x 2 GPUs lost
+    # one a-job evicted at 4,501 s, a second after its checkpoint: 1 s x 2 GPUs lost
     assert s["evictions"] == 1 and s["evicted_tasks"] == 2
-    assert s["lost_gpu_h_preempt"] == pytest.approx(200 / 3600)
+    assert s["lost_gpu_h_preempt"] == pytest.approx(2 / 3600)
     victim = [j for j in res.jobs if j.evictions]
     assert len(victim) == 1 and victim[0].spec.queue == "a"
-    assert victim[0].end == pytest.approx(7800.0)  # restarts at 6,000 with 1,800 s of work left
-    assert s["completed"] == 3 and s["jain_index"] == pytest.approx(1.0)
+    assert victim[0].end == pytest.approx(7500.0)  # restarts at 6,000 with 1,500 s of work left
+    # both queues want GPUs from 4,300 to 7,500 s; for the 201 s b1 waits, a holds 4 of its fair 2
+    # and b 0 of 2 (index 0.5), then both hold their fair share (1)
+    assert s["completed"] == 3 and s["jain_index"] == pytest.approx((201 * 0.5 + 2999 * 1.0) / 3200)
     b1 = next(j for j in res.jobs if j.spec.name == "b1")
-    assert b1.wait == 0.0
+    assert b1.wait == pytest.approx(201.0)
 
 
 def test_without_reclaim_the_borrowing_queue_keeps_everything_and_fairness_drops():
