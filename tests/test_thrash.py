@@ -208,3 +208,22 @@ def test_no_workload_is_evicted_twice_for_one_shape_within_the_window(
     jobs = [JobSpec(f"{q}{k}", t, d, g, queue=q) for k, (q, t, d, g) in enumerate(specs)]
     gpus = {j.name: j.gpus for j in jobs}
     assert repeats(evictions(slicing(HOUR), jobs), gpus, HOUR) == []
+
+
+def test_victims_are_held_until_their_checkpoints_line_up() -> None:
+    from phalanx.actions.holds import aligned, as_victim
+    from phalanx.core.session import Session
+
+    profile = queues_profile({})
+    snap = Snapshot(node(4), queues=two_teams())
+    for name, at in (("a1", 0.0), ("a2", 5.0), ("a3", 100.0)):
+        snap.add_workload(JobSpec(name, at, 9000.0, 1, queue="a").workload(300.0))
+        run_cycle(snap, profile, at, np.random.default_rng(0), apply=True)
+    session = Session(snap, profile, 150.0, np.random.default_rng(0))
+    a1, a2, a3 = (as_victim(session, snap.workloads[n]) for n in ("a1", "a2", "a3"))
+    # checkpoints at 300 / 305 s: both within 10 s of one at 306 s (1 s after a2's)
+    assert aligned(150.0, 150.0, [a1, a2], 10.0) == pytest.approx(306.0)
+    assert aligned(150.0, 150.0, [a1, a3], 10.0) is None  # 100 s apart: never within 10 s
+    # with a 120 s window: at 401 s a1 is 101 s past its checkpoint at 300, a3 1 s past 400
+    assert aligned(150.0, 150.0, [a1, a3], 120.0) == pytest.approx(401.0)
+    session.close()
