@@ -101,6 +101,9 @@ class Toleration:
 # The largest CPU (milli) or memory (MiB) amount taken in: far beyond any machine, and well inside
 # the int64 arrays the cycle keeps them in (a pod asking 2**63 millicores must not overflow a cycle).
 MAX_AMOUNT = 2**53
+# The most devices (GPUs, MIG instances, NICs) one node may have or one task may ask for: a node
+# claiming 10**11 GPUs must be a problem line, not a tuple of 10**11 objects (out of memory).
+MAX_DEVICES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,8 @@ class GpuRequest:
             return
         if k is not GpuKind.MIG and self.devices < 1:
             raise SpecError("gpu.devices", f"GPU device count must be >= 1, got {self.devices}")
+        if self.devices > MAX_DEVICES:
+            raise SpecError("gpu.devices", f"GPU device count must be <= {MAX_DEVICES}, got {self.devices}")
         if k is GpuKind.FRACTION and not 0 < self.milli < MILLI:
             raise SpecError(
                 "gpu.fraction",
@@ -276,8 +281,10 @@ class TaskRequest:
             raise SpecError("memory_mib", f"memory request must be >= 0, got {self.memory_mib}")
         if self.cpu_milli > MAX_AMOUNT or self.memory_mib > MAX_AMOUNT:
             raise SpecError("resources", f"CPU (milli) and memory (MiB) requests must be <= {MAX_AMOUNT}")
-        if self.rdma_nics < 0:
-            raise SpecError("rdma_nics", f"RDMA NIC count must be >= 0, got {self.rdma_nics}")
+        if not 0 <= self.rdma_nics <= MAX_DEVICES:
+            raise SpecError(
+                "rdma_nics", f"RDMA NIC count must be in [0, {MAX_DEVICES}], got {self.rdma_nics}"
+            )
         if self.gpu.kind is GpuKind.MIG and self.gpu.devices != 1:
             raise SpecError("gpu.devices", "a MIG request takes exactly one instance")
 

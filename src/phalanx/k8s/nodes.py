@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import resolve_geometry
-from phalanx.core.model import Gpu, MigInstance, Nic, Node, Taint
+from phalanx.core.model import MAX_DEVICES, Gpu, MigInstance, Nic, Node, Taint
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.dra import gpu_model
@@ -136,16 +136,20 @@ def _devices(
         return listed, nics, mig
     model = gpu_model(labels.get(keys.GFD_PRODUCT, ""))
     mem = whole_number(labels.get(keys.GFD_MEMORY, "0"), f"{where}: label {keys.GFD_MEMORY}")
-    whole = whole_number(alloc.get(keys.GPU_RESOURCE, "0"), f"{where}: allocatable {keys.GPU_RESOURCE}")
+    whole = whole_number(
+        alloc.get(keys.GPU_RESOURCE, "0"), f"{where}: allocatable {keys.GPU_RESOURCE}", maximum=MAX_DEVICES
+    )
     migs = {
-        k[len(keys.MIG_PREFIX) :]: whole_number(v, f"{where}: allocatable {k}")
+        k[len(keys.MIG_PREFIX) :]: whole_number(v, f"{where}: allocatable {k}", maximum=MAX_DEVICES)
         for k, v in alloc.items()
         if k.startswith(keys.MIG_PREFIX)
     }
     migs = {p: n for p, n in migs.items() if n > 0}
     gpus: list[Gpu] = [Gpu(j, model, mem, j // 4, j // 2, 0) for j in range(whole)]
     if migs:
-        count = whole_number(labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}")
+        count = whole_number(
+            labels.get(keys.GFD_COUNT, "0"), f"{where}: label {keys.GFD_COUNT}", maximum=MAX_DEVICES
+        )
         if not mem:
             raise SpecError(
                 where,
@@ -166,7 +170,10 @@ def _devices(
                 mig[idx] = tuple(layout[k])
     if topo is not None and topo.nics:  # discovery saw no GPUs (its note says why): kubelet's count stands
         return gpus, [Nic(n.index, n.numa, n.pcie_switch, n.bandwidth_gbps) for n in topo.nics], mig
-    n_rdma = sum(whole_number(alloc.get(r, "0"), f"{where}: allocatable {r}") for r in cfg.rdma_resources)
+    n_rdma = sum(
+        whole_number(alloc.get(r, "0"), f"{where}: allocatable {r}", maximum=MAX_DEVICES)
+        for r in cfg.rdma_resources
+    )
     switches = max(1, (len(gpus) + 1) // 2)
     nics = [
         Nic(k, (k * switches // max(n_rdma, 1)) // 2, k * switches // max(n_rdma, 1)) for k in range(n_rdma)

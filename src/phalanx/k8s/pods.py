@@ -14,7 +14,7 @@ from typing import Any
 
 from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
+from phalanx.core.model import MAX_DEVICES, MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.affinity import node_selector_terms
@@ -143,15 +143,22 @@ def _request(
         if "memory" in ic:
             mem = max(mem, memory_mib(ic["memory"], f"{where}: initContainers resources.memory"))
     whole = sum(
-        whole_number(v, f"{where}: resources {keys.GPU_RESOURCE}") for v in per.get(keys.GPU_RESOURCE, [])
+        whole_number(v, f"{where}: resources {keys.GPU_RESOURCE}", maximum=MAX_DEVICES)
+        for v in per.get(keys.GPU_RESOURCE, [])
     )
     migs = {
-        k[len(keys.MIG_PREFIX) :]: sum(whole_number(v, f"{where}: resources {k}") for v in vs)
+        k[len(keys.MIG_PREFIX) :]: sum(
+            whole_number(v, f"{where}: resources {k}", maximum=MAX_DEVICES) for v in vs
+        )
         for k, vs in per.items()
         if k.startswith(keys.MIG_PREFIX)
     }
     migs = {p: n for p, n in migs.items() if n}
-    rdma = sum(whole_number(v, f"{where}: resources {r}") for r in cfg.rdma_resources for v in per.get(r, []))
+    rdma = sum(
+        whole_number(v, f"{where}: resources {r}", maximum=MAX_DEVICES)
+        for r in cfg.rdma_resources
+        for v in per.get(r, [])
+    )
     try:
         gpu = _gpu(whole, migs, per, notes, where)
     except SpecError as e:

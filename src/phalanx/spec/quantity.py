@@ -70,8 +70,8 @@ def size_bytes(value: object, where: str) -> int:
     return round(_binary(value, where, "size (bytes)", "150Gi", 1.0))
 
 
-def whole_number(value: object, where: str, minimum: int = 0) -> int:
-    """A count such as `8`, `"8"` or `"8.0"`; anything else, or below `minimum`, is an error."""
+def whole_number(value: object, where: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """A count such as `8`, `"8"` or `"8.0"`; anything else, or outside [minimum, maximum], is an error."""
     if isinstance(value, bool):
         raise SpecError(where, f"expected a whole number, got {value!r}")
     try:
@@ -82,4 +82,6 @@ def whole_number(value: object, where: str, minimum: int = 0) -> int:
         raise SpecError(where, f"expected a whole number, got {value!r}")
     if out < minimum:
         raise SpecError(where, f"must be >= {minimum}, got {value!r}")
+    if maximum is not None and out > maximum:
+        raise SpecError(where, f"must be <= {maximum}, got {value!r:.40}")
     return int(out)
