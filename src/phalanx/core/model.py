@@ -184,6 +184,10 @@ class GpuRequest:
             raise SpecError("gpu.devices", f"GPU device count must be >= 1, got {self.devices}")
         if self.devices > MAX_DEVICES:
             raise SpecError("gpu.devices", f"GPU device count must be <= {MAX_DEVICES}, got {self.devices}")
+        if not 0 <= self.memory_mib <= MAX_AMOUNT:
+            raise SpecError(
+                "gpu.memory", f"GPU memory must be in [0, {MAX_AMOUNT}] MiB, got {self.memory_mib}"
+            )
         if k is GpuKind.FRACTION and not 0 < self.milli < MILLI:
             raise SpecError(
                 "gpu.fraction",

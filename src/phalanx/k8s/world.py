@@ -29,7 +29,7 @@ from phalanx.k8s import keys, native
 from phalanx.k8s import kueue as kueue_keys
 from phalanx.k8s.cache import object_key
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.contain import Contain, describe, label, mapping, mappings, outlined
+from phalanx.k8s.contain import Contain, brief, describe, label, mapping, mappings, outlined
 from phalanx.k8s.devices import decode, decode_plan
 from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.groups import Group, ended_members, group_pods, workload_of
@@ -560,18 +560,28 @@ class _Claims:
                 return p
             out.append(c)
         claims = tuple(out)
-        gpu, nics = drafit.footprint(claims, list(self.snap.dra_devices.values()), self.snap.selector_cache)
-        req = p.request
-        classic = {"gpu": req.gpu.kind is not GpuKind.NONE, "nic": req.rdma_nics > 0}
-        claimed = frozenset(r for r, asked in classic.items() if not asked)  # device-plugin asks stay classic
-        return replace(
-            p,
-            request=replace(
-                req,
-                claims=claims,
-                claimed=claimed,
-                gpu=gpu if "gpu" in claimed else req.gpu,
-                rdma_nics=nics if "nic" in claimed else req.rdma_nics,
-                nic_same_pcie=req.nic_same_pcie and "nic" not in claimed,
-            ),
-        )
+        try:  # what the claims amount to (a claim asking 10**6 GPUs is no request): the pod waits, says why
+            gpu, nics = drafit.footprint(
+                claims, list(self.snap.dra_devices.values()), self.snap.selector_cache
+            )
+            req = p.request
+            classic = {"gpu": req.gpu.kind is not GpuKind.NONE, "nic": req.rdma_nics > 0}
+            claimed = frozenset(
+                r for r, asked in classic.items() if not asked
+            )  # device-plugin asks stay classic
+            return replace(
+                p,
+                request=replace(
+                    req,
+                    claims=claims,
+                    claimed=claimed,
+                    gpu=gpu if "gpu" in claimed else req.gpu,
+                    rdma_nics=nics if "nic" in claimed else req.rdma_nics,
+                    nic_same_pcie=req.nic_same_pcie and "nic" not in claimed,
+                ),
+            )
+        except Exception as e:
+            self.waiting[p.key] = (
+                f"pod {p.key}: its ResourceClaims cannot be placed ({type(e).__name__}: {brief(e)})"
+            )
+            return p
