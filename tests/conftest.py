@@ -18,20 +18,44 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, os.cpu_count() or 1))
 
 
+# the modules on real nodes (marker `nodes`) that start a kit cluster: one worker runs them all
+KIT_MODULES = ("test_nodes_deploy.py", "test_nodes_side.py")
+
+
+def _group(nodeid: str) -> str:
+    """A test's work unit under pytest-xdist: its module, or "kit" for the kit modules."""
+    path = nodeid.split("::", 1)[0]
+    return "kit" if path.rsplit("/", 1)[-1] in KIT_MODULES else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Each module whole on one worker (its module-scoped control plane starts once), and the kit
+    modules together on one (one kit cluster at a time). xdist's own `loadgroup` cannot do the
+    latter under pytest 9.2 (it renames test ids through an attribute pytest no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByModule(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (--dist loadgroup, --no-loadscope-reorder): each module runs whole on one
-    worker (its module-scoped control plane starts once), and every module on real nodes on the
-    same one (one kit cluster at a time), first, since together they take longest; the image
-    tests (buildah, no kit) second, so that they run beside them on another worker."""
-
-    def group(item):
-        if item.module.__name__ == "test_image":
-            return "image"
-        return "nodes" if item.get_closest_marker("nodes") else item.module.__name__
-
+    """The kit modules first, since together they take longest, and the image tests (buildah, no
+    kit) second, so that they build beside them on another worker (--no-loadscope-reorder keeps
+    this order); a new module on real nodes must be listed in KIT_MODULES."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: {"nodes": 0, "image": 1}.get(group(item), 2))
+        kit = item.get_closest_marker("nodes") and item.module.__name__ != "test_image"
+        if kit and item.path.name not in KIT_MODULES:
+            raise pytest.UsageError(f"{item.path.name} runs on real nodes: add it to KIT_MODULES")
+
+    def rank(item):
+        if item.module.__name__ == "test_image":
+            return 1
+        return 0 if _group(item.nodeid) == "kit" else 2
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
