@@ -254,7 +254,7 @@ class Plugin:
                 self.register()
             except grpc.RpcError as e:
                 log.warning("kubelet did not take the registration (%s); trying again in 5 s", e.code())
-                server.stop(grace=0)
+                server.stop(grace=0).wait()
                 self.stop.wait(5.0)
                 continue
             seen = self._kubelet_socket()
@@ -263,7 +263,9 @@ class Plugin:
                 if self._kubelet_socket() != seen or not ours.exists():
                     log.info("kubelet restarted: registering again")
                     break
-            server.stop(grace=1.0)
+            # stopped for good before the next one binds the same path: a server still shutting
+            # down could remove the new socket when its listener goes
+            server.stop(grace=1.0).wait()
         sock = self.socket_dir / self.endpoint
         if sock.exists():
             os.unlink(sock)
