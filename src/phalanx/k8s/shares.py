@@ -38,11 +38,11 @@ from phalanx.k8s.api import Api, Conflict, NotFound
 from phalanx.k8s.config import AdapterConfig, ReservationPodExtras
 from phalanx.k8s.kinds import CONFIG_MAPS, PODS
 from phalanx.k8s.pods import timestamp
+from phalanx.k8s.reservations import Slot
 from phalanx.spec.common import validate
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
-Slot = tuple[str, int]  # (node, GPU index)
 
 
 class Broken(Exception):
@@ -182,18 +182,6 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
     if extras.volume_mounts:
         spec["containers"][0]["volumeMounts"] = [dict(m) for m in extras.volume_mounts]
     return pod
-
-
-def slot_of(pod: dict[str, Any], cfg: AdapterConfig) -> Slot | None:
-    """(node, GPU index) of a reservation pod; None for any other pod (or one in another namespace)."""
-    meta = pod.get("metadata") or {}
-    if meta.get("namespace") != cfg.reservation_namespace:
-        return None
-    index = (meta.get("labels") or {}).get(keys.GPU_RESERVATION)
-    node = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(keys.NODE_INTENT)
-    if index is None or not str(index).isdigit() or not node:
-        return None
-    return str(node), int(index)
 
 
 def share_env(b: Bind, uuids: list[str], cfg: AdapterConfig) -> dict[str, str]:

@@ -37,7 +37,7 @@ from phalanx.k8s.kueue import Kueue
 from phalanx.k8s.nodes import dataset_sizes, parse_node
 from phalanx.k8s.pods import PodInfo, is_active, parse_pod, timestamp
 from phalanx.k8s.queues import build_tree
-from phalanx.k8s.shares import Slot, slot_of
+from phalanx.k8s.reservations import Slot, slot_of
 from phalanx.spec.dra import Devices, node_devices, parse_slices
 
 T = TypeVar("T")
