@@ -37,9 +37,9 @@ from typing import Any
 
 import httpx2 as httpx
 
-from phalanx.k8s.api import Api
-from phalanx.k8s.kinds import PODS
-from phalanx.k8s.localcluster import ControlPlane, free_port
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.kinds import PODS
+from phalanx.k8s.lab.localcluster import ControlPlane, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from kube_objects import node, pod

@@ -18,13 +18,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from phalanx.k8s import capture as cap
-from phalanx.k8s.api import Api
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.kinds import PODS
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kinds import PODS
-from phalanx.k8s.localcluster import ControlPlane
-from phalanx.k8s.redact import redact
-from phalanx.k8s.replay import compare
+from phalanx.k8s.lab.localcluster import ControlPlane
+from phalanx.k8s.trial import capture as cap
+from phalanx.k8s.trial.redact import redact
+from phalanx.k8s.trial.replay import compare
 from phalanx.profiles import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -44,8 +44,8 @@ from dra_kube import device_classes, dgx_slices, template  # noqa: E402
 from e2e_kube import Kube  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
 from kube_objects import node, pod, pod_group  # noqa: E402
-from phalanx.k8s.kinds import LEASES, OUR_POD_GROUPS, PODS  # noqa: E402
-from phalanx.k8s.localcluster import ControlPlane, free_port  # noqa: E402
+from phalanx.k8s.client.kinds import LEASES, OUR_POD_GROUPS, PODS  # noqa: E402
+from phalanx.k8s.lab.localcluster import ControlPlane, free_port  # noqa: E402
 
 NS = "churn"
 SHAPES = [  # (kind, pods, GPUs per pod, weight)

@@ -37,7 +37,7 @@ import yaml
 
 from e2e_kube import wait_for
 from nodes_kube import CHART, KitCluster, Watch, helm_bin, kit_cluster, kit_values, merge
-from phalanx.k8s.api import ApiError, Conflict
+from phalanx.k8s.client.api import ApiError, Conflict
 
 NS = "bench"
 GPUS = 4

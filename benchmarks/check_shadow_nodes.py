@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from e2e_kube import wait_for
 from kube_objects import pod, pod_group
 from nodes_kube import KitCluster, kit_cluster
-from phalanx.k8s.kinds import NODES
+from phalanx.k8s.client.kinds import NODES
 
 BUSYBOX = "phalanx.local/busybox:1"
 

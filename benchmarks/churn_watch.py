@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from phalanx.k8s.kinds import EVENTS, PODS
+from phalanx.k8s.client.kinds import EVENTS, PODS
 
 SAMPLE_S = 0.5
 LASTING_S = 2.0  # a gang partial for longer than two 1 s cycles

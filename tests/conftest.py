@@ -9,7 +9,7 @@ os.environ["COLUMNS"] = "160"
 
 import pytest
 
-from phalanx.k8s.localcluster import ControlPlane, Unavailable
+from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
 
 
 def pytest_xdist_auto_num_workers(config):

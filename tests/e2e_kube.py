@@ -1,4 +1,4 @@
-"""End-to-end helpers: a real control plane (`phalanx.k8s.localcluster`), objects, waits, clean-up.
+"""End-to-end helpers: a real control plane (`phalanx.k8s.lab.localcluster`), objects, waits, clean-up.
 
 The control plane is started once per test session from `PHALANX_K8S_ASSETS` (skipped with
 the reason where the binaries are absent); each test gets a clean cluster (no nodes, no
@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from phalanx.k8s.api import Api, ApiError, Conflict, NotFound
+from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
+from phalanx.k8s.client.kinds import Kind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kinds import Kind
-from phalanx.k8s.localcluster import ControlPlane
-from phalanx.k8s.scheduler import Scheduler
+from phalanx.k8s.lab.localcluster import ControlPlane
+from phalanx.k8s.loop.scheduler import Scheduler
 from phalanx.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent

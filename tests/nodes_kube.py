@@ -27,9 +27,9 @@ import pytest
 import yaml
 
 from e2e_kube import Kube, wait_for
-from phalanx.k8s.api import Api, Conflict
-from phalanx.k8s.kinds import NODES
-from phalanx.k8s.localcluster import ControlPlane, Unavailable, find_assets
+from phalanx.k8s.client.api import Api, Conflict
+from phalanx.k8s.client.kinds import NODES
+from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable, find_assets
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "phalanx"

@@ -18,13 +18,13 @@ from dra_kube import device_classes, dgx_slices, pairs_template, with_claim
 from e2e_kube import SERVICE_ACCOUNTS, Kube, wait_for
 from kube_objects import node, pod, pod_group, queue
 from phalanx.k8s import keys
-from phalanx.k8s.api import Api
-from phalanx.k8s.authn import Guard, tls_context
+from phalanx.k8s.admission.webhook import CertSource, Webhook
+from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.scheduler import Scheduler
-from phalanx.k8s.server import serve
-from phalanx.k8s.shadow import Shadow
-from phalanx.k8s.webhook import CertSource, Webhook
+from phalanx.k8s.loop.scheduler import Scheduler
+from phalanx.k8s.loop.shadow import Shadow
+from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.server import serve
 from phalanx.profiles import load_profile
 from test_e2e_shares import _mutated
 

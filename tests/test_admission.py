@@ -12,9 +12,9 @@ from kube_objects import pod
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuKind
 from phalanx.k8s import keys
-from phalanx.k8s.admission import mutate, review
+from phalanx.k8s.admission.mutation import mutate, review
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.pods import parse_pod
+from phalanx.k8s.read.pods import parse_pod
 
 CFG = AdapterConfig()
 SHARES = AdapterConfig(gpu_shares="reservation")

@@ -7,8 +7,8 @@ from kube_objects import node, pod
 from phalanx.core.affinity import NodeRequirement, affinity_matches
 from phalanx.core.errors import SpecError
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.pods import parse_pod
-from phalanx.k8s.world import build_world
+from phalanx.k8s.read.pods import parse_pod
+from phalanx.k8s.read.world import build_world
 from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.workloads import parse_workloads
 

@@ -14,7 +14,7 @@ from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
 from phalanx.cli.main import app
 from phalanx.k8s import keys
-from phalanx.k8s.server import serve
+from phalanx.k8s.view.server import serve
 
 pytestmark = pytest.mark.browser
 

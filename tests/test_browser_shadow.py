@@ -9,7 +9,7 @@ import pytest
 
 from e2e_kube import wait_for
 from kube_objects import node, pod
-from phalanx.k8s.server import serve
+from phalanx.k8s.view.server import serve
 from test_shadow import _bound, _shadow
 
 pytestmark = pytest.mark.browser

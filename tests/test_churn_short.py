@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from e2e_kube import ROOT
-from phalanx.k8s.localcluster import Unavailable, find_assets
+from phalanx.k8s.lab.localcluster import Unavailable, find_assets
 
 pytestmark = pytest.mark.e2e
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -18,9 +18,9 @@ from e2e_kube import Kube, wait_for
 from helm_chart import render
 from kube_objects import node, pod
 from phalanx.k8s import certs
-from phalanx.k8s.api import ApiError
-from phalanx.k8s.kinds import WEBHOOK_CONFIGS
-from phalanx.k8s.webhook import WEBHOOK_CONFIG
+from phalanx.k8s.admission.webhook import WEBHOOK_CONFIG
+from phalanx.k8s.client.api import ApiError
+from phalanx.k8s.client.kinds import WEBHOOK_CONFIGS
 
 pytestmark = pytest.mark.e2e
 SLOW_S = 30.0  # far longer than the chart's timeoutSeconds

@@ -20,13 +20,13 @@ import pytest
 from dra_kube import device_classes, dgx_slices
 from e2e_kube import SERVICE_ACCOUNTS, Kube, wait_for
 from kube_objects import node, pod, pod_group
-from phalanx.k8s import capture as cap
-from phalanx.k8s.api import Api
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.kinds import DEVICE_CLASSES, JOBS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kinds import DEVICE_CLASSES, JOBS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from phalanx.k8s.redact import redact
-from phalanx.k8s.replay import compare, fingerprint
-from phalanx.k8s.scheduler import Scheduler
+from phalanx.k8s.loop.scheduler import Scheduler
+from phalanx.k8s.trial import capture as cap
+from phalanx.k8s.trial.redact import redact
+from phalanx.k8s.trial.replay import compare, fingerprint
 from phalanx.profiles import load_profile
 
 pytestmark = pytest.mark.e2e
@@ -152,7 +152,7 @@ def cluster(kube: Kube):  # type: ignore[no-untyped-def]
 
 def _live(kube: Kube, now: float) -> dict[str, Any]:
     """The snapshot the scheduler builds from its watch cache (informers synced), as plain data."""
-    from phalanx.k8s.gather import gather
+    from phalanx.k8s.read.gather import gather
 
     api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
     s = Scheduler(api, CFG, load_profile(CFG.profile))

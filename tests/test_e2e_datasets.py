@@ -23,7 +23,7 @@ import pytest
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
 from phalanx.k8s import keys
-from phalanx.k8s.kinds import Kind
+from phalanx.k8s.client.kinds import Kind
 from phalanx.node.cachestore import CacheStore
 from test_e2e_shares import webhook  # noqa: F401 (the fixture)
 
@@ -140,7 +140,7 @@ def test_dataset_staged_published_placed_and_mounted(
 
 
 def test_dataset_from_another_namespace_is_refused(kube: Kube, webhook: Any) -> None:  # noqa: F811
-    from phalanx.k8s.api import ApiError
+    from phalanx.k8s.client.api import ApiError
 
     with pytest.raises(ApiError, match="is in another namespace"):
         kube.create(pod("thief", gpus=1, annotations={keys.DATASET: "kube-system/secrets"}))

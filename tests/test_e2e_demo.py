@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.k8s import demo
-from phalanx.k8s.localcluster import Unavailable
+from phalanx.k8s.lab import demo
+from phalanx.k8s.lab.localcluster import Unavailable
 
 pytestmark = pytest.mark.e2e
 

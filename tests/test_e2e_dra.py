@@ -18,7 +18,12 @@ from dra_kube import (
 )
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
-from phalanx.k8s.kinds import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from phalanx.k8s.client.kinds import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 
 pytestmark = pytest.mark.e2e
 DRA_KINDS = (RESOURCE_SLICES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, DEVICE_CLASSES)
@@ -176,9 +181,9 @@ class Crash(BaseException):  # nothing in the scheduler catches it: the process 
 
 
 def test_a_restart_after_the_claims_are_written_binds_the_rest_and_allocates_nothing_twice(dra: Kube) -> None:
-    from phalanx.k8s.api import Api
+    from phalanx.k8s.client.api import Api
     from phalanx.k8s.config import AdapterConfig
-    from phalanx.k8s.scheduler import Scheduler
+    from phalanx.k8s.loop.scheduler import Scheduler
     from phalanx.profiles import load_profile
 
     kube = dra

@@ -12,11 +12,11 @@ import pytest
 from e2e_kube import SERVICE_ACCOUNTS, Kube, running, wait_for
 from helm_chart import component, render
 from kube_objects import node, pod, queue
-from phalanx.k8s.api import Api
-from phalanx.k8s.authn import Guard, tls_context
-from phalanx.k8s.kinds import CONFIG_MAPS
-from phalanx.k8s.server import serve
-from phalanx.k8s.service import CONFIGMAP, KEY
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.kinds import CONFIG_MAPS
+from phalanx.k8s.loop.service import CONFIGMAP, KEY
+from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.server import serve
 
 pytestmark = pytest.mark.e2e
 NS = "phalanx-e2e-auth"

@@ -13,7 +13,7 @@ import pytest
 from e2e_kube import CRDS, SERVICE_ACCOUNTS, Kube, phalanx, running, wait_for
 from helm_chart import component, render
 from kube_objects import node, pod, pod_group
-from phalanx.k8s.kinds import LEASES, OUR_POD_GROUPS
+from phalanx.k8s.client.kinds import LEASES, OUR_POD_GROUPS
 
 DIALECT_CRDS = [
     "queues.scheduling.run.ai",

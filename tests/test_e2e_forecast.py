@@ -8,7 +8,7 @@ from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.status import collect
+from phalanx.k8s.view.status import collect
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,8 @@ import pytest
 
 from e2e_kube import Kube, wait_for
 from helm_chart import CHART, run_helm
-from phalanx.k8s.kinds import NAMESPACES, OUR_QUEUES, WEBHOOK_CONFIGS
-from phalanx.k8s.webhook import WEBHOOK_CONFIG
+from phalanx.k8s.admission.webhook import WEBHOOK_CONFIG
+from phalanx.k8s.client.kinds import NAMESPACES, OUR_QUEUES, WEBHOOK_CONFIGS
 
 pytestmark = pytest.mark.e2e
 NS = "phalanx-helm-e2e"
@@ -40,7 +40,7 @@ def test_install_upgrade_uninstall_keep_the_webhook_ca_bundle(kube: Kube) -> Non
         assert (kube.get(OUR_QUEUES, "helm-e2e-q") or {}).get("spec") == {"resources": {"gpu": {"quota": 8}}}
         cfg = kube.get(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
         assert cfg is not None and "caBundle" not in cfg["webhooks"][0]["clientConfig"]
-        # what the webhook does at start (phalanx.k8s.webhook.CertSource.publish_ca): a PUT
+        # what the webhook does at start (phalanx.k8s.admission.webhook.CertSource.publish_ca): a PUT
         bundle = base64.b64encode(b"a CA the webhook made").decode()
         for h in cfg["webhooks"]:
             h["clientConfig"]["caBundle"] = bundle

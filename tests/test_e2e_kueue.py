@@ -15,8 +15,8 @@ import pytest
 
 from e2e_kube import JOBS, Kube, running, wait_for
 from kube_objects import node, queue
-from phalanx.k8s.kinds import KUEUE
-from phalanx.k8s.status import collect
+from phalanx.k8s.client.kinds import KUEUE
+from phalanx.k8s.view.status import collect
 
 pytestmark = pytest.mark.e2e
 V = "kueue.x-k8s.io/v1beta2"

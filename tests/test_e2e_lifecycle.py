@@ -17,9 +17,9 @@ import yaml
 
 from e2e_kube import Kube, phalanx, running, wait_for
 from kube_objects import node, pod, pod_group
-from phalanx.k8s.insight import wall
-from phalanx.k8s.kinds import Kind
-from phalanx.k8s.pods import timestamp
+from phalanx.k8s.act.insight import wall
+from phalanx.k8s.client.kinds import Kind
+from phalanx.k8s.read.pods import timestamp
 
 pytestmark = pytest.mark.e2e
 POD_GROUPS = Kind("scheduling.phalanx.io", "v1alpha1", "podgroups", True, "PodGroup")

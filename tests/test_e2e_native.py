@@ -19,9 +19,9 @@ import pytest
 from dra_kube import device_classes, dgx_slices
 from e2e_kube import ROOT, Kube, running, wait_for
 from kube_objects import node, pod
-from phalanx.k8s.api import NotFound
-from phalanx.k8s.kinds import DEVICE_CLASSES, OUR_POD_GROUPS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
-from phalanx.k8s.localcluster import ControlPlane, Unavailable
+from phalanx.k8s.client.api import NotFound
+from phalanx.k8s.client.kinds import DEVICE_CLASSES, OUR_POD_GROUPS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
 
 pytestmark = pytest.mark.e2e
 

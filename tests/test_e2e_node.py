@@ -15,7 +15,7 @@ from e2e_kube import Kube
 from kube_objects import node
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.nodes import parse_node
+from phalanx.k8s.read.nodes import parse_node
 
 pytestmark = pytest.mark.e2e
 TESTS = Path(__file__).resolve().parent

@@ -21,7 +21,7 @@ import pytest
 import rbac_audit
 from e2e_kube import ROOT, Kube
 from helm_chart import CHART, render
-from phalanx.k8s.localcluster import ControlPlane, Unavailable
+from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
 from rbac_tour import NS, Hook, node_side, scheduler_tour, shadow_tour, token
 from test_e2e_native import GATES
 

@@ -15,11 +15,11 @@ import yaml
 from e2e_kube import PDBS, ROOT, Kube, phalanx, running, wait_for
 from helm_chart import render
 from kube_objects import node, pod, pod_group, queue, topology
-from phalanx.k8s.api import Api, ApiError
-from phalanx.k8s.cache import Informer, Store
+from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.client.cache import Informer, Store
+from phalanx.k8s.client.kinds import LEASES, OUR_POD_GROUPS, OUR_QUEUES, Kind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kinds import LEASES, OUR_POD_GROUPS, OUR_QUEUES, Kind
-from phalanx.k8s.scheduler import Scheduler
+from phalanx.k8s.loop.scheduler import Scheduler
 from phalanx.profiles import load_profile
 
 pytestmark = pytest.mark.e2e

@@ -21,11 +21,11 @@ import pytest
 from e2e_kube import ROOT, SERVICE_ACCOUNTS, Kube, phalanx, wait_for
 from helm_chart import render
 from kube_objects import node, pod, pod_group
-from phalanx.k8s.api import Api
+from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.localcluster import ControlPlane, Unavailable
-from phalanx.k8s.server import serve
-from phalanx.k8s.shadow import AGREE, DISAGREE, SAME_NODE, WHOLE_GANG, Shadow
+from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
+from phalanx.k8s.loop.shadow import AGREE, DISAGREE, SAME_NODE, WHOLE_GANG, Shadow
+from phalanx.k8s.view.server import serve
 from phalanx.profiles import load_profile
 
 pytestmark = pytest.mark.e2e

@@ -24,11 +24,11 @@ from e2e_kube import Kube, phalanx, running, wait_for
 from helm_chart import render
 from kube_objects import node, pod
 from phalanx.k8s import keys
-from phalanx.k8s.api import Api, ApiError
+from phalanx.k8s.act.failpoint import EXIT_CODE
+from phalanx.k8s.admission.webhook import WEBHOOK_CONFIG, CertSource, Webhook
+from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.client.kinds import CONFIG_MAPS, WEBHOOK_CONFIGS
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.failpoint import EXIT_CODE
-from phalanx.k8s.kinds import CONFIG_MAPS, WEBHOOK_CONFIGS
-from phalanx.k8s.webhook import WEBHOOK_CONFIG, CertSource, Webhook
 
 pytestmark = pytest.mark.e2e
 NS = "phalanx-system"
@@ -220,8 +220,8 @@ def test_webhook_certificate_is_shared_renewed_and_reloaded(kube: Kube) -> None:
     import base64
 
     from phalanx.k8s import certs
-    from phalanx.k8s.kinds import SECRETS
-    from phalanx.k8s.webhook import SECRET
+    from phalanx.k8s.admission.webhook import SECRET
+    from phalanx.k8s.client.kinds import SECRETS
 
     kube.ensure_namespace(NS)
     if kube.get(SECRETS, SECRET, NS) is not None:

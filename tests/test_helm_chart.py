@@ -392,11 +392,11 @@ def test_names_the_code_fixes_are_the_charts():
     PriorityClass: no flag names them, so the chart must use the code's own names."""
     import inspect
 
+    from phalanx.k8s.act.shares import reservation_pod
+    from phalanx.k8s.admission.webhook import SECRET, WEBHOOK_CONFIG
     from phalanx.k8s.config import AdapterConfig
-    from phalanx.k8s.leader import LeaderElector
-    from phalanx.k8s.service import CONFIGMAP
-    from phalanx.k8s.shares import reservation_pod
-    from phalanx.k8s.webhook import SECRET, WEBHOOK_CONFIG
+    from phalanx.k8s.loop.leader import LeaderElector
+    from phalanx.k8s.loop.service import CONFIGMAP
 
     lease = inspect.signature(LeaderElector).parameters["name"].default
     for release in ("phalanx", "team-b"):

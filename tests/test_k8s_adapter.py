@@ -9,10 +9,10 @@ import pytest
 
 from fakeapi import FakeApi
 from kube_objects import node, pod, pod_group, queue
-from phalanx.k8s.api import Api
+from phalanx.k8s.act.executor import Executor
+from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.executor import Executor
-from phalanx.k8s.scheduler import Scheduler
+from phalanx.k8s.loop.scheduler import Scheduler
 from phalanx.profiles import load_profile
 
 OURS = "scheduling.phalanx.io/v1alpha1"
@@ -275,7 +275,7 @@ def test_restart_rebuilds_devices_from_annotations(fake):
 def test_metrics_and_health_endpoints(fake):
     import httpx2
 
-    from phalanx.k8s.server import serve
+    from phalanx.k8s.view.server import serve
 
     cluster(fake, 1)
     fake.put(pod("p", gpus=1))
@@ -325,7 +325,7 @@ def test_the_run_loop_leads_and_schedules_on_its_own(fake):
 
 
 def test_status_shows_queues_gpus_and_why_work_waits(fake):
-    from phalanx.k8s.status import collect
+    from phalanx.k8s.view.status import collect
 
     cluster(fake, 1, gpus=2)
     fake.put(queue("team", 2))

@@ -7,7 +7,7 @@ import pytest
 from dra_kube import device_classes, dgx_slices, mig_slices, pairs_template
 from phalanx.core.dra import ClaimAllocation, DeviceResult
 from phalanx.core.errors import SpecError
-from phalanx.k8s.dra import allocation_of, parse_claim, pod_claim_names, status_of
+from phalanx.k8s.read.dra import allocation_of, parse_claim, pod_claim_names, status_of
 from phalanx.spec.dra import NIC_DRIVERS, node_devices, parse_slices
 
 

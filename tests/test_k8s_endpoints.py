@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx2
 
-from phalanx.k8s.authn import ACCESS_REVIEWS, TOKEN_REVIEWS, Guard, User, tls_context
-from phalanx.k8s.board import PROBLEM_NAMESPACES, Board
-from phalanx.k8s.server import Metrics, serve
+from phalanx.k8s.view.authn import ACCESS_REVIEWS, TOKEN_REVIEWS, Guard, User, tls_context
+from phalanx.k8s.view.board import PROBLEM_NAMESPACES, Board
+from phalanx.k8s.view.server import Metrics, serve
 
 USERS = {"admin-token": ("admin", ["system:masters"]), "viewer-token": ("alice", ["phalanx-viewer"])}
 USERS["nobody-token"] = ("bob", [])

@@ -9,11 +9,11 @@ import time
 
 from fakeapi import FakeApi
 from kube_objects import pod, pod_group
-from phalanx.k8s.board import build
+from phalanx.k8s.act.insight import wall
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.insight import wall
-from phalanx.k8s.pods import timestamp
-from phalanx.k8s.status import collect
+from phalanx.k8s.read.pods import timestamp
+from phalanx.k8s.view.board import build
+from phalanx.k8s.view.status import collect
 from test_k8s_adapter import OURS, cluster, events, fake, pods_of, scheduler, step
 
 __all__ = ["fake"]  # the fixture

@@ -187,7 +187,7 @@ def _rules(chart: list[dict[str, Any]], kind: str, name: str) -> set[tuple[str, 
 def test_gpu_share_rbac_is_confined():
     """Reservation pods are made and deleted in our namespace only; the webhook touches only its
     Secret and its own webhook configuration."""
-    from phalanx.k8s.webhook import SECRET, WEBHOOK_CONFIG
+    from phalanx.k8s.admission.webhook import SECRET, WEBHOOK_CONFIG
 
     chart = render(RESERVATION)
     assert _rules(chart, "Role", "phalanx-gpu-reservations") == {
@@ -204,8 +204,8 @@ def test_gpu_share_rbac_is_confined():
 def test_reservation_pod_is_a_valid_pod():
     from lightkube.models.core_v1 import Pod
 
+    from phalanx.k8s.act.shares import reservation_pod
     from phalanx.k8s.config import AdapterConfig
-    from phalanx.k8s.shares import reservation_pod
 
     doc = reservation_pod("gpu-node-1", 3, AdapterConfig())
     assert prune(Pod.from_dict(doc).to_dict()) == prune(doc)

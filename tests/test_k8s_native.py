@@ -9,10 +9,10 @@ import numpy as np
 
 from kube_objects import node, pod, pod_group
 from phalanx.core.cycle import run_cycle
-from phalanx.k8s import native
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.lifecycle import gang_status
-from phalanx.k8s.world import build_world
+from phalanx.k8s.read import native
+from phalanx.k8s.read.lifecycle import gang_status
+from phalanx.k8s.read.world import build_world
 from phalanx.profiles import load_profile
 
 CFG = AdapterConfig()

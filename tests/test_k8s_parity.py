@@ -16,7 +16,7 @@ from kube_objects import node, pod, pod_group
 from phalanx.core.cycle import run_cycle
 from phalanx.core.model import Gpu, GpuRequest, Nic, Node, PodSet, TaskRequest, TopologyConstraint, Workload
 from phalanx.core.snapshot import Snapshot
-from phalanx.k8s.pods import timestamp
+from phalanx.k8s.read.pods import timestamp
 from phalanx.profiles import load_profile
 from test_k8s_adapter import scheduler, step
 

@@ -1,7 +1,7 @@
 """Attained service survives the per-cycle rebuild of the world: LAS does not forget a preempted workload."""
 
 from builders import Scenario, make_node, make_workload
-from phalanx.k8s.service import AttainedService
+from phalanx.k8s.loop.service import AttainedService
 
 
 def world(running: bool, attained: float = 0.0, present: bool = True):

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from phalanx.k8s.act.shares import Shares, reservation_name
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.shares import Shares, reservation_name
 
 
 class Api:

@@ -6,11 +6,11 @@ from kube_objects import node, pod, pod_group, queue, topology
 from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuKind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.groups import group_pods, workload_of
-from phalanx.k8s.nodes import parse_node
-from phalanx.k8s.pods import parse_pod
-from phalanx.k8s.queues import build_tree
-from phalanx.k8s.world import build_world
+from phalanx.k8s.read.groups import group_pods, workload_of
+from phalanx.k8s.read.nodes import parse_node
+from phalanx.k8s.read.pods import parse_pod
+from phalanx.k8s.read.queues import build_tree
+from phalanx.k8s.read.world import build_world
 
 CFG = AdapterConfig()
 

@@ -9,9 +9,9 @@ import yaml
 from kube_objects import node, pod
 from phalanx.core.queues import CPU, GPU, MEM
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kueue import Kueue, decide, parse, unhonoured
-from phalanx.k8s.queues import build_tree
-from phalanx.k8s.world import build_world
+from phalanx.k8s.read.kueue import Kueue, decide, parse, unhonoured
+from phalanx.k8s.read.queues import build_tree
+from phalanx.k8s.read.world import build_world
 
 V = "kueue.x-k8s.io/v1beta2"
 
@@ -224,7 +224,7 @@ def test_a_pod_whose_job_the_watch_has_not_delivered_waits_for_it() -> None:
     pods = [pod("more-0", gpus=2, owner=("Job", "more"))]
     cfg = AdapterConfig(kueue="migrate")
     created = pods[0].get("metadata", {}).get("creationTimestamp")
-    from phalanx.k8s.pods import timestamp
+    from phalanx.k8s.read.pods import timestamp
 
     now = timestamp(created) + 1.0 if created else cfg.gang_creation_grace_s / 2
     w = build_world(nodes, pods, [], [], cfg, now, kueue=k, jobs={})

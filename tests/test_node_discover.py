@@ -20,7 +20,7 @@ from kube_objects import node
 from phalanx.cli.main import app
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.nodes import parse_node
+from phalanx.k8s.read.nodes import parse_node
 from phalanx.node import agent, reserve
 
 

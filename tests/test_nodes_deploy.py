@@ -21,7 +21,7 @@ import pytest
 
 from e2e_kube import wait_for
 from nodes_kube import KitCluster, Watch, kit_cluster, phase
-from phalanx.k8s.kinds import Kind
+from phalanx.k8s.client.kinds import Kind
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nodes]
 

@@ -52,9 +52,9 @@ import fake_sysfs
 from e2e_kube import wait_for
 from nodes_kube import CHART, KitCluster, RealNode, kit_cluster, kit_values, merge, skip_or_fail
 from phalanx.k8s import keys
+from phalanx.k8s.client.kinds import NODES, Kind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.kinds import NODES, Kind
-from phalanx.k8s.nodes import parse_node
+from phalanx.k8s.read.nodes import parse_node
 from phalanx.node.deviceplugin import GPU_ALLOCATED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nodes]

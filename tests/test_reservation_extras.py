@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from phalanx.cli.main import app
 from phalanx.core.errors import SpecError
+from phalanx.k8s.act.shares import parse_reservation_extras, reservation_pod
 from phalanx.k8s.config import AdapterConfig, ReservationPodExtras
-from phalanx.k8s.shares import parse_reservation_extras, reservation_pod
 
 EXTRAS = {
     "runtimeClassName": "nvidia",

@@ -14,10 +14,10 @@ import pytest
 
 from kube_objects import node, pod
 from phalanx.core.errors import SpecError
-from phalanx.k8s import capture as cap
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.redact import redact
-from phalanx.k8s.shadow import AGREE, DISAGREE, FULLER, SAME_NODE, Shadow
+from phalanx.k8s.loop.shadow import AGREE, DISAGREE, FULLER, SAME_NODE, Shadow
+from phalanx.k8s.trial import capture as cap
+from phalanx.k8s.trial.redact import redact
 from phalanx.profiles import load_profile
 
 NOW = 1796132018.0 + 600

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from kube_objects import node, pod
 from phalanx.cli.main import app
-from phalanx.k8s import capture as cap
-from phalanx.k8s.pods import timestamp
+from phalanx.k8s.read.pods import timestamp
+from phalanx.k8s.trial import capture as cap
 
 NOW = 1796132018.0 + 600
 

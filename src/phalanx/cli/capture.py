@@ -13,10 +13,10 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.cli.kube import LEVELS_HELP, _connect
 from phalanx.core.errors import SpecError
-from phalanx.k8s import capture as cap
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
-from phalanx.k8s.redact import redact as redact_capture
-from phalanx.k8s.replay import Comparison, compare
+from phalanx.k8s.trial import capture as cap
+from phalanx.k8s.trial.redact import redact as redact_capture
+from phalanx.k8s.trial.replay import Comparison, compare
 from phalanx.profiles import load_profile
 
 

@@ -14,14 +14,14 @@ from rich.table import Table
 
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
-from phalanx.k8s.api import Api
-from phalanx.k8s.authn import Guard, tls_context
+from phalanx.k8s.act.shares import parse_reservation_extras
+from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
-from phalanx.k8s.leader import LeaseNamespaceMissing
-from phalanx.k8s.scheduler import Scheduler
-from phalanx.k8s.server import serve
-from phalanx.k8s.shares import parse_reservation_extras
-from phalanx.k8s.status import collect
+from phalanx.k8s.loop.leader import LeaseNamespaceMissing
+from phalanx.k8s.loop.scheduler import Scheduler
+from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.server import serve
+from phalanx.k8s.view.status import collect
 from phalanx.profiles import load_profile
 from phalanx.spec.common import load_yaml
 
@@ -309,8 +309,8 @@ def _table(console: Console, title: str, rows: list[dict[str, object]]) -> None:
 
 def demo() -> None:
     """kube-scheduler and Phalanx side by side on one real API server (needs PHALANX_K8S_ASSETS)."""
-    from phalanx.k8s import demo as d
-    from phalanx.k8s.localcluster import Unavailable
+    from phalanx.k8s.lab import demo as d
+    from phalanx.k8s.lab.localcluster import Unavailable
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
@@ -366,8 +366,8 @@ def dashboard(
     """Serve the dashboard read-only, e.g. from a laptop: http://localhost:PORT/dashboard/."""
     import threading
 
-    from phalanx.k8s.board import Board
-    from phalanx.k8s.status import follow
+    from phalanx.k8s.view.board import Board
+    from phalanx.k8s.view.status import follow
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)

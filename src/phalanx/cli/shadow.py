@@ -18,11 +18,11 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
-from phalanx.k8s.api import Api
-from phalanx.k8s.authn import Guard, tls_context
+from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.server import serve
-from phalanx.k8s.shadow import Shadow
+from phalanx.k8s.loop.shadow import Shadow
+from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.server import serve
 
 log = logging.getLogger("phalanx.k8s")
 

@@ -170,8 +170,8 @@ def simulate(
             if not default_runtime > 0:
                 raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
             from phalanx.cli.whatif import experiment
-            from phalanx.k8s.capture import load as load_capture
             from phalanx.k8s.config import AdapterConfig
+            from phalanx.k8s.trial.capture import load as load_capture
 
             c = load_capture(capture)
             cfg = AdapterConfig(scheduler_name=scheduler_name)

@@ -46,7 +46,7 @@ def webhook(
     ] = AdapterConfig.dataset_mount,
 ) -> None:
     """Serve the admission webhook: GPU shares, and dataset mounts (Helm chart: webhook.enabled)."""
-    from phalanx.k8s.webhook import CertSource, Webhook
+    from phalanx.k8s.admission.webhook import CertSource, Webhook
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)

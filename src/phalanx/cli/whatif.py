@@ -1,6 +1,6 @@
 """`phalanx simulate --capture FILE`: a captured cluster as a what-if time replay.
 
-The capture is read as the scheduler reads its cluster (`phalanx.k8s.replay`); its nodes,
+The capture is read as the scheduler reads its cluster (`phalanx.k8s.trial.replay`); its nodes,
 less what other schedulers' pods hold, become the replay's cluster, and the workloads of the
 scheduler compared become the replay's jobs:
 - running work arrives first (t=0) and runs what is left of its estimate
@@ -20,8 +20,8 @@ from dataclasses import replace
 
 from phalanx.core.model import MILLI, GpuKind, Node, Workload
 from phalanx.core.snapshot import Snapshot
-from phalanx.k8s import capture as cap
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.trial import capture as cap
 from phalanx.sim.experiment import ReplayExperiment
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.runtime import RuntimeModel

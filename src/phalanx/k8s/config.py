@@ -18,7 +18,7 @@ DEFAULT_LEVELS = (
 class ReservationPodExtras:
     """What a cluster adds to the GPU reservation pods (`--reservation-pod FILE`): the NVIDIA
     runtime's class where it is not the default (NVML comes from it), and variables and volumes
-    (an API server address, a driver folder). Parsed and checked by `phalanx.k8s.shares`."""
+    (an API server address, a driver folder). Parsed and checked by `phalanx.k8s.act.shares`."""
 
     runtime_class_name: str = ""
     env: tuple[dict[str, Any], ...] = ()
@@ -46,7 +46,7 @@ class AdapterConfig:
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)
     dra_nic_drivers: tuple[str, ...] = ("dra.net", "rdma.nvidia.com", "sriovnetwork.k8snetworkplumbingwg.io")
-    # GPU shares on the stock device plugin (phalanx.k8s.shares): "off" or "reservation"
+    # GPU shares on the stock device plugin (phalanx.k8s.act.shares): "off" or "reservation"
     gpu_shares: str = "off"
     reservation_namespace: str = "phalanx-system"
     reservation_image: str = "phalanx:0.1.0"
@@ -54,7 +54,7 @@ class AdapterConfig:
     reservation_timeout_s: float = 120.0  # a reservation pod without a GPU by then is deleted
     reservation_extras: ReservationPodExtras = ReservationPodExtras()
     share_limit_env: bool = False  # also write HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / _SM_LIMIT
-    # Kueue users (phalanx.k8s.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
+    # Kueue users (phalanx.k8s.read.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
     # "migrate" (Phalanx enforces the ClusterQueues) or "off"
     kueue: str = "auto"
     # seconds a gang short of pods (minMember above the pods that exist) is taken to be still
@@ -67,7 +67,7 @@ class AdapterConfig:
     dataset_mount: str = "/phalanx/datasets"
     # seconds a staging request stays on a Node after the scheduler last wanted it (0: no requests)
     stage_ahead_s: float = 600.0
-    # attained service and fair-share history kept on the API (phalanx.k8s.service): the leader
+    # attained service and fair-share history kept on the API (phalanx.k8s.loop.service): the leader
     # writes them at most this often, and reads them back when it starts to lead
     service_save_s: float = 60.0
     # half-life of each queue's time-decayed usage history (the fair-share history; 0: not kept)

@@ -6,7 +6,7 @@ device, and devices that share the upstream port share the switch (so a NIC ther
 "beside" the GPU). A device right below a root port counts that root port as its switch.
 NUMA nodes come from `numa_node` (-1, no NUMA, is node 0). NVLink groups are the connected
 components of the GPUs' NVLink peers. The result is the JSON of the `phalanx.io/device-topology`
-node annotation the scheduler reads (`phalanx.k8s.nodes.DeviceTopology`).
+node annotation the scheduler reads (`phalanx.k8s.read.nodes.DeviceTopology`).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ Names the code fixes (no flag sets them); see values.yaml.
 
 {{/*
 The MutatingWebhookConfiguration: mode=self patches the caBundle of phalanx-gpu-shares only (a
-name fixed in phalanx.k8s.webhook); the other modes never touch it, so it follows the release.
+name fixed in phalanx.k8s.admission.webhook); the other modes never touch it, so it follows the release.
 */}}
 {{- define "phalanx.webhookConfigName" -}}
 {{- if eq .Values.webhook.certificate.mode "self" -}}

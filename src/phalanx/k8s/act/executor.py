@@ -1,0 +1,383 @@
+"""Carry out a cycle's decisions through the API: evictions, then gangs of binds, in parallel.
+
+Each pod is bound by one call: the Binding carries the device assignment as annotations,
+which the API server copies onto the pod. A gang of several pods first gets its plan (every
+member's node, devices and pod uid) on its first pod, one write per gang; if the scheduler
+dies before all members are bound, the next one reads the plan and finishes the binds
+(`World.unfinished`). A bind that answers 409 is checked: bound to the same node means an
+earlier attempt got through (we never bind twice); bound elsewhere, or the pod gone, breaks
+the gang, and the pods we bound are evicted so that no gang stays partly bound by us.
+5xx, 429, timeouts and dropped connections are retried with exponential backoff.
+
+Gangs are bound concurrently by a pool of workers (one gang per worker, its members in
+order), which is what lets the API server, not our round trips, set the pace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from phalanx.core.decisions import Bind, CycleResult
+from phalanx.core.dra import ClaimAllocation, DraDevice
+from phalanx.k8s import keys
+from phalanx.k8s.act import failpoint
+from phalanx.k8s.act.shares import Shares, is_share
+from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
+from phalanx.k8s.client.kinds import RESOURCE_CLAIMS
+from phalanx.k8s.read.devices import ALL, binding_notes, encode_plan, stale_keys
+from phalanx.k8s.read.dra import allocation_of, status_of
+
+log = logging.getLogger("phalanx.k8s")
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome:
+    bound: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)  # workload -> why its gang was undone
+    deferred: list[str] = field(default_factory=list)  # binds left for the next cycle (API trouble)
+    not_evicted: list[str] = field(default_factory=list)  # evictions refused (PDB) or failed
+    refusals: dict[str, str] = field(default_factory=dict)  # not evicted: the API's answer
+
+    def merge(self, other: Outcome) -> None:
+        self.bound += other.bound
+        self.evicted += other.evicted
+        self.broken.update(other.broken)
+        self.deferred += other.deferred
+        self.not_evicted += other.not_evicted
+        self.refusals.update(other.refusals)
+
+
+class Retry(Exception):
+    """Gave up after the retries; the work stays for the next cycle."""
+
+
+def split(task: str) -> tuple[str, str]:
+    ns, _, name = task.partition("/")
+    return ns, name
+
+
+class Executor:
+    def __init__(
+        self,
+        api: Api,
+        attempts: int = 4,
+        backoff: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+        workers: int = 32,
+    ) -> None:
+        self.api = api
+        self.attempts = attempts
+        self.backoff = backoff
+        self.sleep = sleep
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
+        self.claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name (set each cycle)
+        self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
+        self.device_classes: dict[str, dict[str, Any]] = {}
+        self.claims_lock = threading.Lock()
+        self.group_claims: dict[str, dict[str, str]] = {}  # claims reserved for a PodGroup (set each cycle)
+        self.shares: Shares | None = None  # GPU shares through reservation pods (phalanx.k8s.act.shares)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    def _retry(self, fn: Callable[[], T], conflicts: bool = False) -> T:
+        """Call with backoff on 5xx, 429, timeouts and dropped connections (and on 409 if `conflicts`)."""
+        delay = self.backoff
+        for k in range(self.attempts):
+            try:
+                return fn()
+            except NotFound:
+                raise
+            except Conflict as e:
+                if not conflicts:
+                    raise
+                if k == self.attempts - 1:
+                    raise Retry(str(e)) from e
+            except ApiError as e:
+                if not e.retryable:
+                    raise
+                if k == self.attempts - 1:
+                    raise Retry(str(e)) from e
+            except Exception as e:  # timeouts, dropped connections
+                if k == self.attempts - 1:
+                    raise Retry(str(e)) from e
+                log.info("API call failed (%s), retrying in %.2f s", type(e).__name__, delay)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ evictions
+    def evict(self, task: str, reason: str, out: Outcome) -> None:
+        ns, name = split(task)
+        try:
+            self._retry(lambda: self.api.evict(ns, name, reason))
+            out.evicted.append(task)
+        except NotFound:
+            out.evicted.append(task)  # already gone
+        except (ApiError, Retry) as e:  # 429 from a PodDisruptionBudget ends up here after the retries
+            log.warning("could not evict %s: %s", task, e)
+            out.not_evicted.append(task)
+            cause = e if isinstance(e, ApiError) else e.__cause__
+            out.refusals[task] = cause.message if isinstance(cause, ApiError) else str(e)
+
+    # ------------------------------------------------------------------ binds
+    def apply(
+        self, result: CycleResult, uids: dict[str, str], pods: dict[str, dict[str, Any]] | None = None
+    ) -> Outcome:
+        out = Outcome()
+        parts = list(self.pool.map(self._evict_one, [(ev.task, ev.reason) for ev in result.evictions]))
+        for p in parts:
+            out.merge(p)
+        # an evicted pod frees its devices only once it is gone (a graceful deletion waits for its
+        # kubelet), and a refused eviction (a PodDisruptionBudget) frees nothing: binds onto those
+        # nodes wait for a later cycle, which sees the victims terminating or gone
+        held = {ev.node for ev in result.evictions}
+        gangs: dict[str, list[Bind]] = {}
+        for b in result.binds:
+            gangs.setdefault(b.workload, []).append(b)
+        todo = []
+        for workload, binds in gangs.items():
+            if any(b.node in held for b in binds):
+                out.deferred += [b.task for b in binds]
+            else:
+                todo.append((workload, binds))
+        self._bind_all(todo, uids, pods or {}, True, out)
+        return out
+
+    def _evict_one(self, item: tuple[str, str]) -> Outcome:
+        o = Outcome()
+        self.evict(item[0], item[1], o)
+        return o
+
+    def finish(
+        self,
+        binds: list[Bind],
+        uids: dict[str, str],
+        out: Outcome,
+        pods: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Binds chosen by an earlier run (its plan is on the pods already)."""
+        gangs: dict[str, list[Bind]] = {}
+        for b in binds:
+            gangs.setdefault(b.workload, []).append(b)
+        self._bind_all(list(gangs.items()), uids, pods or {}, False, out)
+
+    def _bind_all(
+        self,
+        gangs: list[tuple[str, list[Bind]]],
+        uids: dict[str, str],
+        pods: dict[str, dict[str, Any]],
+        plan: bool,
+        out: Outcome,
+    ) -> None:
+        fn = partial(self._gang, uids=uids, pods=pods, plan=plan)
+        for part in self.pool.map(fn, gangs):
+            out.merge(part)
+
+    def _gang(
+        self, item: tuple[str, list[Bind]], uids: dict[str, str], pods: dict[str, dict[str, Any]], plan: bool
+    ) -> Outcome:
+        out = Outcome()
+        try:
+            self.bind_gang(item[0], item[1], uids, out, write_intent=plan, pods=pods)
+        except Exception as e:  # never lose the other gangs' outcomes to one surprise
+            log.exception("binding gang %s failed", item[0])
+            out.broken[item[0]] = f"unexpected error: {type(e).__name__}: {e}"
+        return out
+
+    def clear_intent(self, task: str) -> None:
+        ns, name = split(task)
+        notes: dict[str, str | None] = dict.fromkeys((*ALL, keys.GANG_PLAN))
+        try:
+            self._retry(lambda: self.api.patch_pod_annotations(ns, name, notes), conflicts=True)
+        except (ApiError, Retry) as e:
+            log.info("could not clear the chosen node of %s: %s", task, e)
+
+    def bind_gang(
+        self,
+        workload: str,
+        binds: list[Bind],
+        uids: dict[str, str],
+        out: Outcome,
+        write_intent: bool,
+        pods: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        pods = pods or {}
+        shared = self.shares is not None and any(is_share(b) for b in binds)
+        planned = len(binds) > 1 or shared  # a share may wait cycles for its GPU: keep the decision
+        if write_intent and planned:
+            ns, name = split(binds[0].task)
+            notes: dict[str, str | None] = {keys.GANG_PLAN: encode_plan(binds, uids)}
+            try:
+                self._retry(partial(self.api.patch_pod_annotations, ns, name, notes), conflicts=True)
+            except (ApiError, Retry) as e:
+                out.broken[workload] = f"could not record the gang's plan on {binds[0].task}: {e}"
+                return
+            failpoint.hit("plan-written")
+        claimed = [b for b in binds if b.claims]
+        if claimed:
+            why = self._write_claims(claimed, uids)
+            if why:
+                out.broken[workload] = why
+                if write_intent and planned:
+                    self.clear_intent(binds[0].task)
+                return
+        if shared and self.shares is not None:
+            why = self.shares.prepare(binds, pods, uids)
+            if why == "later":  # a reservation pod waits for its GPU; the plan keeps the decision
+                out.deferred += [b.task for b in binds]
+                return
+            if why:
+                log.info("gang %s cannot go where it was placed: %s", workload, why)
+                out.broken[workload] = why
+                self.clear_intent(binds[0].task)
+                return
+        done: list[Bind] = []
+        for b in binds:
+            state = self._bind_one(b, uids.get(b.task, ""), pods.get(b.task))
+            if state == "bound":
+                done.append(b)
+                out.bound.append(b.task)
+                failpoint.hit("bound")
+            elif state == "later":
+                out.deferred.append(b.task)
+            else:
+                self._undo(workload, done, binds, state, out, planned)
+                return
+
+    # ------------------------------------------------------------------ DRA claims
+    def _write_claims(self, binds: list[Bind], uids: dict[str, str]) -> str:
+        """Allocate the gang's claims (status.allocation, reservedFor) before any of its pods is bound.
+
+        Each write carries the claim's resourceVersion: a claim someone else allocated meanwhile
+        answers 409 and is never allocated twice. On failure what this gang wrote is undone.
+        """
+        written: list[tuple[str, bool, str]] = []  # (claim, fresh, pod uid)
+        for b in binds:
+            uid = uids.get(b.task, "")
+            for ca in b.claims:
+                holder = self.group_claims.get(ca.claim)  # a native PodGroup's claim: reserved for it
+                try:
+                    fresh = self._claim_one(ca, b, uid)
+                except (ApiError, Retry, ValueError) as e:
+                    self._unclaim(written)
+                    return f"could not allocate ResourceClaim {ca.claim}: {e}"
+                written.append((ca.claim, fresh, holder["uid"] if holder else uid))
+        return ""
+
+    def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str) -> bool:
+        """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
+        ns, name = split(ca.claim)
+        _, pod = split(b.task)
+        for attempt in range(2):
+            with self.claims_lock:
+                obj = self.claims.get(ca.claim)
+            if obj is None or attempt:
+                obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))
+                if obj is None:
+                    raise ValueError("it is gone")
+            status = obj.get("status") or {}
+            reserved = list(status.get("reservedFor") or [])
+            me = self.group_claims.get(ca.claim) or {"resource": "pods", "name": pod, "uid": uid}
+            if any(r.get("uid") == me["uid"] for r in reserved):
+                return False
+            body: dict[str, Any] = {"reservedFor": [*reserved, me]}
+            current = allocation_of(obj)
+            fresh = current is None
+            if current is None:
+                body["allocation"] = status_of(ca, self.dra_devices, b.node, obj, self.device_classes)
+            elif {r.id for r in current.results} != {r.id for r in ca.results}:
+                raise ValueError("it was allocated other devices meanwhile")
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            write = partial(
+                self.api.patch,
+                RESOURCE_CLAIMS,
+                name,
+                ns,
+                {"metadata": {"resourceVersion": rv}, "status": body},
+                "status",
+            )
+            try:
+                new = self._retry(write)
+            except Conflict:
+                continue  # changed under us: read it again and decide again
+            with self.claims_lock:
+                self.claims[ca.claim] = new
+            return fresh
+        raise ValueError("it kept changing under us")
+
+    def _unclaim(self, written: list[tuple[str, bool, str]]) -> None:
+        for claim, fresh, uid in reversed(written):
+            ns, name = split(claim)
+            try:
+                obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))
+                if obj is None:
+                    continue
+                status = obj.get("status") or {}
+                reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
+                body: dict[str, Any] = {"reservedFor": reserved or None}
+                if fresh and not reserved:
+                    body["allocation"] = None
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                patch = {"metadata": {"resourceVersion": rv}, "status": body}
+                self._retry(partial(self.api.patch, RESOURCE_CLAIMS, name, ns, patch, "status"))
+            except (ApiError, Retry) as e:
+                log.warning("could not undo the allocation of ResourceClaim %s: %s", claim, e)
+
+    def _bind_one(self, b: Bind, uid: str, pod: dict[str, Any] | None) -> str:
+        """'bound', 'later' (API trouble: the plan stays, the next cycle retries), or why it broke."""
+        ns, name = split(b.task)
+        try:
+            current = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+            stale = stale_keys(current, b)
+            if stale:  # a Binding can only add annotations: remove what an earlier try left
+                self._retry(
+                    partial(self.api.patch_pod_annotations, ns, name, dict.fromkeys(stale)), conflicts=True
+                )
+            self._retry(lambda: self.api.bind(ns, name, uid, b.node, binding_notes(b)))
+            return "bound"
+        except Retry:
+            return self._verify(b) or "later"
+        except NotFound:
+            return f"pod {b.task} is gone"
+        except Conflict:
+            return self._verify(b) or f"pod {b.task} conflicts"
+        except ApiError as e:
+            return f"pod {b.task} could not be bound: {e}"
+
+    def _verify(self, b: Bind) -> str | None:
+        """After a 409 or a timeout: is the pod bound, and where?"""
+        ns, name = split(b.task)
+        try:
+            pod: dict[str, Any] | None = self._retry(lambda: self.api.get_pod(ns, name))
+        except (ApiError, Retry):
+            return None
+        if pod is None:
+            return f"pod {b.task} is gone"
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node == b.node:
+            return "bound"
+        if node:
+            return f"pod {b.task} was bound to {node} by someone else"
+        return None
+
+    def _undo(
+        self, workload: str, done: list[Bind], binds: list[Bind], why: str, out: Outcome, planned: bool
+    ) -> None:
+        """The gang cannot complete: evict what we bound, forget what we chose."""
+        log.warning("gang %s broke (%s): undoing %d bind(s)", workload, why, len(done))
+        out.broken[workload] = why
+        for b in done:
+            self.evict(b.task, f"gang {workload} could not be completed: {why}", out)
+            out.bound.remove(b.task)
+        if planned and binds[0] not in done:
+            self.clear_intent(binds[0].task)  # the plan: nobody must finish this gang

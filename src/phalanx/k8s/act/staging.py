@@ -1,0 +1,70 @@
+"""Staging ahead: ask the node caches for a waiting gang's dataset on the nodes it is about to get.
+
+After each cycle the start forecast (`phalanx.k8s.act.insight`) says where each waiting workload
+would start and when. For a workload that names a dataset and should start within the horizon,
+the scheduler writes a request on each of those nodes, `phalanx.io/stage-datasets`
+(`{"ns/name": "<workload>"}`), which the node's cache agent (`phalanx cache`) stages before the
+gang is bound. A request stays while it is wanted and for `ttl` seconds after (a forecast cut
+short by its budget does not drop it); the Node annotation is the only channel, so the request
+is visible (`kubectl get node -o yaml`), survives a restart of either side, and needs no port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from phalanx.core.snapshot import Snapshot
+from phalanx.k8s import keys
+from phalanx.k8s.act.insight import Insight
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.kinds import NODES
+
+log = logging.getLogger("phalanx.staging")
+
+
+class StageRequests:
+    def __init__(self, api: Api, ttl: float, horizon: float | None = None) -> None:
+        self.api = api
+        self.ttl = ttl
+        self.horizon = ttl if horizon is None else horizon
+        self.wanted: dict[tuple[str, str], tuple[str, float]] = {}  # (node, dataset) -> (workload, when)
+
+    def plan(self, snap: Snapshot, ahead: Insight, now: float) -> dict[str, dict[str, str]]:
+        """Node -> {dataset: workload} that should be requested now."""
+        for workload, nodes in ahead.nodes.items():
+            entry = snap.workloads.get(workload)
+            start = ahead.starts.get(workload)
+            if entry is None or start is None or start - now > self.horizon:
+                continue
+            datasets = {ps.request.dataset for ps in entry.workload.podsets if ps.request.dataset}
+            for ds in sorted(datasets):
+                frac = snap.dataset_fraction(ds)
+                for i in nodes:
+                    if frac[i] < 1.0:
+                        self.wanted[(snap.nodes[i].name, ds)] = (workload, now)
+        for k, (_, when) in list(self.wanted.items()):
+            if now - when > self.ttl:
+                del self.wanted[k]
+        out: dict[str, dict[str, str]] = {}
+        for (node, ds), (workload, _) in sorted(self.wanted.items()):
+            out.setdefault(node, {})[ds] = workload
+        return out
+
+    def update(self, snap: Snapshot, ahead: Insight, nodes: list[dict[str, Any]], now: float) -> None:
+        """Write the requests that changed; clear those no longer wanted."""
+        want = self.plan(snap, ahead, now)
+        for obj in nodes:
+            meta = obj.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            have = (meta.get("annotations") or {}).get(keys.STAGE_DATASETS)
+            text = json.dumps(want[name], sort_keys=True, separators=(",", ":")) if name in want else None
+            if have == text or (have is None and text is None):
+                continue
+            try:
+                self.api.patch(NODES, name, None, {"metadata": {"annotations": {keys.STAGE_DATASETS: text}}})
+                if text:
+                    log.info("node %s: stage ahead %s", name, text)
+            except Exception as e:  # a request is an optimisation: the next cycle tries again
+                log.warning("node %s: staging request not written: %s", name, e)

@@ -1,0 +1,1 @@
+"""The admission server (`phalanx webhook`): the GPU-share and dataset mutation, served over HTTPS."""

@@ -1,0 +1,180 @@
+"""The GPU-share admission mutation: give a share pod the ConfigMap its GPU environment comes from.
+
+On the stock NVIDIA device plugin a pod that asks for a share (KAI's `gpu-fraction` or
+`gpu-memory` annotations, or HAMi's `nvidia.com/gpumem` / `nvidia.com/gpumem-percentage`)
+asks kubelet for no GPU, so it would get none. At admission, its GPU container gets an
+`envFrom` reference to a ConfigMap named in `phalanx.io/gpu-configmap`; before the bind the
+scheduler writes `NVIDIA_VISIBLE_DEVICES=<uuid>` there, the UUID of the GPU a reservation pod
+holds (`phalanx.k8s.act.shares`). The reference is not optional: a CUDA image sets
+`NVIDIA_VISIBLE_DEVICES=all`, so a container that started without the ConfigMap would see every
+GPU of the node; kubelet instead waits for the ConfigMap (it exists before the bind).
+
+HAMi's resources do not exist where HAMi's device plugin does not run (kubelet would refuse
+the pod), so they are moved to the equivalent KAI annotations, which ask for the same share.
+
+A pod that names a dataset (`phalanx.io/dataset`) gets the node's cached copy mounted read-only
+(docs/datasets.md: why a hostPath of type Directory, and not a CSI volume).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from typing import Any
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import MILLI, GpuKind
+from phalanx.k8s import keys
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.pods import dataset_of, parse_pod
+from phalanx.spec.datasets import dataset_key
+
+HAMI_RESOURCES = (keys.HAMI_GPUMEM, keys.HAMI_GPUMEM_PERCENT, "nvidia.com/gpucores", keys.GPU_RESOURCE)
+DATASET_VOLUME = "phalanx-dataset"
+DATASET_ENV = "PHALANX_DATASET_DIR"
+_MAX_BASE = 40  # ConfigMap names stay well under 63 characters (some tools mount them as volumes)
+
+
+def configmap_name(pod: dict[str, Any]) -> str:
+    """`<owner or pod name>-<random>-gpu`: unique, and readable in `kubectl get cm`."""
+    meta = pod.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    base = str(owners[0].get("name", "") if owners else "") or str(
+        meta.get("name") or meta.get("generateName") or "pod"
+    )
+    base = base.strip("-.").lower()[:_MAX_BASE].rstrip("-.") or "pod"
+    return f"{base}-{secrets.token_hex(3)}-gpu"
+
+
+def _share_containers(spec: dict[str, Any], notes: dict[str, str], where: str) -> list[int]:
+    """The containers that use the share: the one KAI's annotation names, those asking HAMi's
+    resources, else the first."""
+    containers = spec.get("containers") or []
+    named = notes.get(keys.KAI_FRACTION_CONTAINER)
+    if named:
+        for i, c in enumerate(containers):
+            if c.get("name") == named:
+                return [i]
+        raise SpecError(f"{where}: annotation {keys.KAI_FRACTION_CONTAINER}", f"no container named {named!r}")
+    hami = [i for i, c in enumerate(containers) if _hami(c)]
+    return hami or ([0] if containers else [])
+
+
+def _hami(container: dict[str, Any]) -> bool:
+    res = container.get("resources") or {}
+    asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return keys.HAMI_GPUMEM in asked or keys.HAMI_GPUMEM_PERCENT in asked
+
+
+def mutate(pod: dict[str, Any], namespace: str, cfg: AdapterConfig) -> dict[str, Any] | None:
+    """The mutated pod, or None when it needs nothing. Raises SpecError for a request Phalanx
+    cannot read (the webhook denies the pod with that message: the user sees it at once)."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") != cfg.scheduler_name:
+        return None
+    obj = json.loads(json.dumps(pod))
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("namespace", namespace)
+    where = f"pod {namespace}/{meta.get('name') or meta.get('generateName', '')}"
+    shared = _share(obj, namespace, cfg, where)
+    mounted = _mount_dataset(obj, namespace, cfg, where)
+    return obj if shared or mounted else None
+
+
+def _share(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:
+    """A GPU share: the ConfigMap reference (and HAMi's request moved to KAI's annotations)."""
+    meta = obj["metadata"]
+    info = parse_pod(obj, cfg)
+    gpu = info.request.gpu
+    if gpu.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
+        return False
+    notes: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    targets = _share_containers(obj["spec"], notes, where)
+    if any(_hami(c) for c in obj["spec"]["containers"]):
+        for c in obj["spec"]["containers"]:
+            res = c.get("resources") or {}
+            for part in ("limits", "requests"):
+                for r in HAMI_RESOURCES:
+                    (res.get(part) or {}).pop(r, None)
+        if gpu.kind is GpuKind.MEMORY:
+            notes[keys.KAI_MEMORY] = str(gpu.memory_mib)
+        else:
+            notes[keys.KAI_FRACTION] = f"{gpu.milli / MILLI:g}"
+        if gpu.devices > 1:
+            notes[keys.KAI_FRACTION_DEVICES] = str(gpu.devices)
+    name = notes.get(keys.GPU_CONFIGMAP) or configmap_name(obj)
+    notes[keys.GPU_CONFIGMAP] = name
+    meta["annotations"] = notes
+    for i in targets:
+        c = obj["spec"]["containers"][i]
+        refs = c.setdefault("envFrom", [])
+        if not any((r.get("configMapRef") or {}).get("name") == name for r in refs):
+            refs.append({"configMapRef": {"name": name, "optional": False}})
+    if parse_pod(obj, cfg).request.gpu != gpu:  # the moved HAMi request must ask for the same share
+        raise SpecError(where, "could not carry the HAMi GPU request over to the stock device plugin")
+    return True
+
+
+def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:
+    """`phalanx.io/dataset`: the node's cached copy, read-only, at `<dataset_mount>/<name>` in every
+    container. The hostPath is of type Directory: the copy appears there in one rename once it is
+    complete and verified, and until then kubelet does not start the pod (FailedMount, retried)."""
+    notes = {str(k): str(v) for k, v in (obj["metadata"].get("annotations") or {}).items()}
+    key = dataset_of(notes, namespace)
+    if not key:
+        return False
+    w = f"{where}: annotation {keys.DATASET}"
+    ns, name = key.split("/", 1)
+    dataset_key(ns, name, w)
+    if ns != namespace:
+        raise SpecError(w, f"dataset {key!r} is in another namespace; a pod may use the Datasets of its own")
+    spec = obj["spec"]
+    volumes = spec.setdefault("volumes", [])
+    if any(v.get("name") == DATASET_VOLUME for v in volumes):
+        return False  # already mutated (a reinvocation)
+    path = f"{cfg.dataset_root.rstrip('/')}/ready/{key}"
+    volumes.append({"name": DATASET_VOLUME, "hostPath": {"path": path, "type": "Directory"}})
+    mount_path = f"{cfg.dataset_mount.rstrip('/')}/{name}"
+    for part in ("initContainers", "containers"):
+        for c in spec.get(part) or []:
+            if any(m.get("mountPath") == mount_path for m in c.get("volumeMounts") or []):
+                raise SpecError(
+                    f"{where}: container {c.get('name')}", f"already mounts something at {mount_path}"
+                )
+            c.setdefault("volumeMounts", []).append(
+                {"name": DATASET_VOLUME, "mountPath": mount_path, "readOnly": True}
+            )
+            env = c.setdefault("env", [])
+            if not any(e.get("name") == DATASET_ENV for e in env):
+                env.append({"name": DATASET_ENV, "value": mount_path})
+    return True
+
+
+def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
+    """An AdmissionReview request -> its response (admission.k8s.io/v1)."""
+    req = body.get("request") or {}
+    uid = req.get("uid", "")
+    resp: dict[str, Any] = {"uid": uid, "allowed": True}
+    out = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+    kind = (req.get("kind") or {}).get("kind")
+    pod = req.get("object")
+    if kind != "Pod" or req.get("operation") != "CREATE" or not isinstance(pod, dict):
+        return out
+    try:
+        new = mutate(pod, str(req.get("namespace") or "default"), cfg)
+    except SpecError as e:
+        resp.update(allowed=False, status={"code": 400, "reason": "BadRequest", "message": str(e)})
+        return out
+    if new is None:
+        return out
+    patch = [
+        {"op": "add", "path": "/metadata/annotations", "value": new["metadata"].get("annotations") or {}},
+        {"op": "replace", "path": "/spec/containers", "value": new["spec"]["containers"]},
+    ]
+    for part in ("initContainers", "volumes"):
+        if new["spec"].get(part):
+            patch.append({"op": "add", "path": f"/spec/{part}", "value": new["spec"][part]})
+    resp["patchType"] = "JSONPatch"
+    resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return out

@@ -1,0 +1,239 @@
+"""Informers: list, then watch from the list's resourceVersion; resume after drops, relist on 410.
+
+The store keeps the latest version of every object by kind; each cycle reads a copy of it.
+`changed` is set by every event so that the scheduler can run a cycle early.
+
+Which kinds are watched follows API discovery (`Informers`): a kind the server does not
+serve (a CRD that is not installed) is skipped with one INFO line and looked for again
+every `rediscover_s`; scheduling never waits for it. A kind that disappears (its CRD
+deleted) is emptied and looked for again the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from phalanx.k8s.client.api import Api, Forbidden, Gone, NotFound
+from phalanx.k8s.client.kinds import Kind
+
+log = logging.getLogger("phalanx.k8s")
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class Store:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {}
+        self.synced: set[str] = set()
+        self.changed = threading.Event()
+        self.relists = 0
+        self.generation = 0  # bumped by every change: lets readers skip work when nothing moved
+
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.objects[kind] = {object_key(o): o for o in items}
+            self.synced.add(kind)
+            self.relists += 1
+            self.generation += 1
+        self.changed.set()
+
+    def drop(self, kind: str) -> None:
+        """The kind is no longer served: forget its objects."""
+        with self.lock:
+            self.objects.pop(kind, None)
+            self.synced.discard(kind)
+            self.generation += 1
+        self.changed.set()
+
+    def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            table = self.objects.setdefault(kind, {})
+            if event == "DELETED":
+                table.pop(object_key(obj), None)
+            else:
+                table[object_key(obj)] = obj
+            self.generation += 1
+        self.changed.set()
+
+    def items(self, kind: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.objects.get(kind, {}).values())
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.objects.get(kind, {}).get(key)
+
+    def is_synced(self, kinds: tuple[str, ...]) -> bool:
+        with self.lock:
+            return all(k in self.synced for k in kinds)
+
+
+class Informer(threading.Thread):
+    """One kind: keeps `store` in step with the API server until `stop` is set or the kind goes away."""
+
+    def __init__(
+        self,
+        api: Api,
+        kind: Kind,
+        store: Store,
+        stop: threading.Event,
+        backoff: float = 0.5,
+        on_error: Callable[[str, Exception], None] | None = None,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        super().__init__(name=f"informer-{kind.key}", daemon=True)
+        self.api = api
+        self.kind = kind
+        self.store = store
+        self.stop = stop
+        self.backoff = backoff
+        self.on_error = on_error
+        self.watch_timeout_s = watch_timeout_s
+        self.resource_version = ""
+        self.gone = False  # the server stopped serving the kind
+
+    def run(self) -> None:
+        key = self.kind.key
+        delay = self.backoff
+        while not self.stop.is_set():
+            try:
+                if not self.resource_version:
+                    items, rv = self.api.list(self.kind)
+                    self.store.replace(key, items)
+                    self.resource_version = rv
+                for event, obj in self.api.watch(self.kind, self.resource_version, self.watch_timeout_s):
+                    if event != "BOOKMARK":
+                        self.store.apply(key, event, obj)
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                    if rv:
+                        self.resource_version = rv
+                    if self.stop.is_set():
+                        return
+                delay = self.backoff  # the server closed the stream cleanly: resume
+            except Gone:
+                log.info("watch of %s expired (410 Gone): listing again", key)
+                self.resource_version = ""
+            except NotFound:
+                if self.kind.optional:
+                    log.info("%s is no longer served (CRD removed?): stopped watching it", key)
+                    self.gone = True
+                    self.store.drop(key)
+                    return
+                self._failed(NotFound(404, "NotFound", f"{key} not found"), delay)
+                delay = min(delay * 2, 30.0)
+            except Forbidden as e:  # RBAC: say so, look again later; an optional kind never holds scheduling
+                if self.kind.optional and not self.store.is_synced((key,)):
+                    self.store.replace(key, [])
+                self._failed(e, 30.0)
+            except Exception as e:  # a dropped connection, a 5xx, a timeout: resume after a pause
+                self._failed(e, delay)
+                delay = min(delay * 2, 30.0)
+
+    def _failed(self, e: Exception, delay: float) -> None:
+        if self.stop.is_set():
+            return  # shutting down: the connection was closed on purpose
+        if self.on_error is not None:
+            self.on_error(self.kind.key, e)
+        log.warning(
+            "watch of %s failed (%s: %s): retrying in %.1f s", self.kind.key, type(e).__name__, e, delay
+        )
+        self.stop.wait(delay)
+
+
+class Informers(threading.Thread):
+    """Starts an informer for every wanted kind the server serves, and keeps looking for the rest."""
+
+    def __init__(
+        self,
+        api: Api,
+        kinds: tuple[Kind, ...],
+        store: Store,
+        stop: threading.Event,
+        rediscover_s: float = 30.0,
+        backoff: float = 0.5,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        super().__init__(name="informers", daemon=True)
+        self.api = api
+        self.kinds = kinds
+        self.store = store
+        self.stop = stop
+        self.rediscover_s = rediscover_s
+        self.backoff = backoff
+        self.watch_timeout_s = watch_timeout_s
+        self.running: dict[str, Informer] = {}
+        self.absent: set[str] = set()
+        self.discovered = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        delay = self.backoff
+        while not self.stop.is_set():
+            try:
+                self.discover()
+                delay = self.rediscover_s
+            except Exception as e:
+                log.warning("API discovery failed (%s: %s): retrying in %.1f s", type(e).__name__, e, delay)
+                delay = min(max(delay * 2, self.backoff), self.rediscover_s)
+            self.stop.wait(delay)
+
+    def discover(self) -> None:
+        served = self.api.served(self.kinds)
+        with self.lock:
+            for k in self.kinds:
+                inf = self.running.get(k.key)
+                if inf is not None and inf.gone:
+                    del self.running[k.key]
+                    inf = None
+                if k.superseded_by and k.superseded_by in served:
+                    continue  # the newer version is watched instead
+                if k.key in served or not k.optional:
+                    if inf is None:
+                        if k.key in self.absent:
+                            log.info("%s is served now: watching it", k.key)
+                        self.absent.discard(k.key)
+                        inf = Informer(
+                            self.api,
+                            k,
+                            self.store,
+                            self.stop,
+                            self.backoff,
+                            watch_timeout_s=self.watch_timeout_s,
+                        )
+                        self.running[k.key] = inf
+                        inf.start()
+                elif k.key not in self.absent:
+                    self.absent.add(k.key)
+                    log.info(
+                        "%s is not served by this API server (CRD not installed): skipped; "
+                        "looking again every %g s",
+                        k.key,
+                        self.rediscover_s,
+                    )
+        self.discovered.set()
+
+    def watched(self) -> tuple[str, ...]:
+        with self.lock:
+            return tuple(self.running)
+
+    def synced(self) -> bool:
+        """Discovery ran and every kind being watched has listed once."""
+        return self.discovered.is_set() and self.store.is_synced(self.watched())
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.synced() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.synced()
+
+
+__all__ = ["Informer", "Informers", "Store", "object_key"]

@@ -1,0 +1,1 @@
+"""Test and demo tooling shipped with the package: a throw-away control plane and `phalanx demo`."""

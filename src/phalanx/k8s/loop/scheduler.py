@@ -1,0 +1,444 @@
+"""`phalanx scheduler`: informers -> snapshot -> `run_cycle` (unchanged) -> API calls.
+
+One cycle (`step`): read the store, build the world, finish binds an earlier run planned but
+did not make, run the core's cycle, carry out its decisions, explain, update metrics.
+Cycles run every `cycle_seconds` and early when the store changes; only the leader runs them
+(or every replica, with leader election off). Explanations are written in the background:
+they never hold up a bind.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from phalanx.core.cycle import run_cycle
+from phalanx.core.decisions import DISRUPTION_BUDGET, TERMINATING, Bind, CycleResult, Hold
+from phalanx.core.profile import Profile
+from phalanx.k8s import keys
+from phalanx.k8s.act.executor import Executor, Outcome
+from phalanx.k8s.act.explain import Explainer
+from phalanx.k8s.act.insight import Insight, RunTimes, insights
+from phalanx.k8s.act.shares import Shares
+from phalanx.k8s.act.staging import StageRequests
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.cache import Informers, Store, object_key
+from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.loop.leader import LeaderElector
+from phalanx.k8s.loop.service import AttainedService, ServiceStore
+from phalanx.k8s.read.contain import label
+from phalanx.k8s.read.devices import encode
+from phalanx.k8s.read.gather import gather
+from phalanx.k8s.read.kueue import Kueue
+from phalanx.k8s.read.world import ASSUMED, Translations, World
+from phalanx.k8s.view.board import Board
+from phalanx.k8s.view.server import Metrics
+
+log = logging.getLogger("phalanx.k8s")
+POD_GROUP_KINDS = keys_of(POD_GROUPS)
+QUEUE_KINDS = keys_of(QUEUES)
+
+
+@dataclass
+class StepReport:
+    world: World
+    result: CycleResult | None
+    outcome: Outcome
+
+
+class Scheduler:
+    def __init__(
+        self,
+        api: Api,
+        cfg: AdapterConfig,
+        profile: Profile,
+        identity: str = "phalanx-0",
+        clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.api = api
+        self.cfg = cfg
+        self.profile = profile
+        self.clock = clock
+        self.service = AttainedService(cfg.history_half_life_s)
+        self.service_store = ServiceStore(api, cfg.lease_namespace)
+        self.service_loaded = False  # read back from the API since we last started to lead
+        self.service_saved = 0.0
+        self.store = Store()
+        self.stop_event = threading.Event()
+        self.executor = executor or Executor(api, workers=cfg.bind_workers)
+        if cfg.gpu_shares == "reservation":
+            self.executor.shares = Shares(api, cfg, self.executor._retry, clock)
+        self.explainer = Explainer(api)
+        self.elector = LeaderElector(
+            api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
+        )
+        self.metrics = Metrics()
+        self.rng = np.random.default_rng(seed)
+        self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
+        self.translations = Translations()
+        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles
+        # (a fresh snapshot is built each cycle; lost on restart, so a new leader may repeat once)
+        self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
+        self.cycles = 0
+        # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
+        self.assumed: dict[str, tuple[Bind, float]] = {}
+        self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
+        self.assume_ttl = 60.0
+        self.kueue_unhonoured: list[str] = []
+        self.runtimes = RunTimes()
+        self.board = Board(pool_label=cfg.pool_label)
+        self.last_insight: dict[str, str] = {}
+        self.staging = StageRequests(api, cfg.stage_ahead_s)
+        # the store's generation when a cycle left nothing to do (None: the next cycle must run)
+        self.quiet_at: int | None = None
+        self.last_cycle = 0.0  # monotonic time of the last cycle run
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.informers.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.store.changed.set()
+
+    def close(self) -> None:
+        """Stop, and let the binds and explanations in flight finish; close the watches."""
+        self.stop()
+        self.executor.close()
+        self.explainer.close()
+        self.api.watch_client.close()
+
+    def ready(self) -> bool:
+        """Discovery ran and every served kind listed once; kinds the server lacks are not waited for."""
+        return self.informers.synced()
+
+    def wait_synced(self, timeout: float = 10.0) -> bool:
+        return self.informers.wait_synced(timeout)
+
+    def run(self) -> None:
+        """Until stopped: lead (or not, with leader election off) and cycle.
+
+        Raises LeaseNamespaceMissing when the Lease cannot be written at all: looping on it
+        would schedule nothing and say so only in the log.
+        """
+        if self.cfg.leader_elect:
+            self.elector.prepare()
+            self.elector.start(self.stop_event)
+        while not self.stop_event.is_set():
+            leading = self.elector.leading if self.cfg.leader_elect else True
+            self.metrics.leader.set(1 if leading else 0)
+            if not leading:
+                self.service_loaded = False  # another leader went on: read its record when we lead
+                self.quiet_at = None
+            if leading and self.ready():
+                if self.quiet():
+                    self.metrics.skipped.inc()
+                else:
+                    try:
+                        self.step()
+                    except Exception:  # a bad cycle must not kill the scheduler
+                        self.quiet_at = None
+                        log.exception("cycle failed")
+            self.store.changed.wait(self.cfg.cycle_seconds)
+            self.store.changed.clear()
+        if self.elector.fatal is not None:
+            raise self.elector.fatal
+
+    def quiet(self) -> bool:
+        """Whether a cycle now would decide nothing: nothing in the store changed since a cycle
+        that left nothing waiting, binding, evicting or to clean up (then the core's answer
+        depends on no clock). A quiet cluster is still looked at every `quiet_recheck_s`."""
+        save_due = self.service_loaded and self.clock() - self.service_saved >= self.cfg.service_save_s
+        return (
+            self.quiet_at is not None
+            and self.quiet_at == self.store.generation
+            and time.monotonic() - self.last_cycle < self.cfg.quiet_recheck_s
+            and not save_due  # the attained-service record is kept fresh even on a quiet cluster
+        )
+
+    # ------------------------------------------------------------------ one cycle
+    def step(self) -> StepReport:
+        t0 = time.perf_counter()
+        self.last_cycle = time.monotonic()
+        generation = self.store.generation  # before the reads: a change during the cycle counts
+        now = self.clock()
+        pods = self._assume(self.store.items("pods"), now)
+        read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
+        self._kueue_unhonoured(read.kueue)
+        queues, dra = read.queues, read.dra
+        world = read.world(self.cfg, now, self.translations)
+        self._load_service(now)
+        self.service.apply(world.snapshot, now)
+        self._save_service(now)
+        self.cycles += 1
+        if self.cycles % 100 == 0:
+            self._forget_translations()
+            for name in [n for n in self.evicted_for if n not in world.snapshot.workloads]:
+                del self.evicted_for[name]
+        world.snapshot.evicted_for = self.evicted_for
+        pod_objects = {
+            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
+            for p in pods
+        }
+        uids = {k: str((o.get("metadata") or {}).get("uid", "")) for k, o in pod_objects.items()}
+        out = Outcome()
+        for task in world.stale_intents:
+            self.executor.clear_intent(task)
+        t_read = time.perf_counter()
+        # applied: queue status and metrics show the cycle's outcome
+        result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        t_decide = time.perf_counter()
+        self._reservations(world, out)
+        self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
+        self.executor.claims = {object_key(c): c for c in dra.claims}
+        self.executor.dra_devices = world.snapshot.dra_devices
+        self.executor.group_claims = world.group_claims
+        self.executor.device_classes = {str((c.get("metadata") or {}).get("name")): c for c in dra.classes}
+        try:
+            if world.unfinished:
+                self.executor.finish(world.unfinished, uids, out, pod_objects)
+            out.merge(self.executor.apply(result, uids, pod_objects))
+        finally:
+            self.explainer.writer.resume()
+        t_act = time.perf_counter()
+        binds = {b.task: b for b in [*world.unfinished, *result.binds]}
+        for task in out.bound:
+            self.assumed[task] = (binds[task], now)
+        for task in out.evicted:
+            self.gone[task] = now
+        ours = {
+            str((q.get("metadata") or {}).get("name"))
+            for q in queues
+            if str(q.get("apiVersion", "")).startswith(keys.GROUP)
+        }
+        left_out = {
+            label(kind, o): o
+            for kind, objs in (("Node", self.store.items("nodes")), ("Queue", queues))
+            for o in objs
+            if label(kind, o) in world.problems
+        }
+        ahead = Insight()
+        if self.cfg.forecast_budget_s > 0 and result.pending:
+            self.runtimes.observe(pods, self.cfg.default_queue)
+            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
+            try:
+                ahead = insights(
+                    world.snapshot, self.profile, now, waiting, self.runtimes, self.cfg.forecast_budget_s
+                )
+            except Exception:  # a forecast is a courtesy: it never stops a cycle
+                log.exception("start forecast failed")
+        insight = ahead.texts
+        self.last_insight = insight
+        if self.cfg.stage_ahead_s > 0:
+            self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
+        held = _held(result, out, binds)
+        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound, out.broken)
+        self._board(world, result, out, binds, insight, now)
+        t_end = time.perf_counter()
+        seconds = t_end - t0
+        phases = {"read": t_read - t0, "decide": t_decide - t_read, "act": t_act - t_decide}
+        phases["report"] = t_end - t_act
+        for name, took in phases.items():
+            self.metrics.phase.labels(name).observe(took)
+        self._metrics(world, result, out, seconds)
+        busy = (
+            result.pending
+            or result.binds
+            or result.evictions
+            or world.blocked
+            or world.waiting_pods
+            or world.unfinished
+            or world.stale_intents
+            or world.idle_reservations
+            or world.orphan_shares
+            or out.deferred
+            or out.not_evicted
+            or self.assumed
+            or self.gone
+        )
+        self.quiet_at = None if busy else generation
+        if out.bound or out.evicted or out.broken:
+            log.info(
+                "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",
+                len(out.bound),
+                len(out.evicted),
+                len(out.broken),
+                len(result.pending) + len(world.blocked),
+                seconds,
+                ", ".join(f"{k} {v:.3f}" for k, v in phases.items()),
+            )
+        return StepReport(world, result, out)
+
+    def _board(
+        self,
+        world: World,
+        result: CycleResult,
+        out: Outcome,
+        binds: dict[str, Bind],
+        insight: dict[str, str],
+        now: float,
+    ) -> None:
+        """The dashboard's view of this cycle: its decisions always, the whole state while someone looks."""
+        b = self.board
+        for task in out.bound:
+            bind = binds.get(task)
+            b.remember(
+                now,
+                "bound",
+                task,
+                bind.node if bind else "",
+                f"GPUs {list(bind.gpus)}" if bind and bind.gpus else "",
+            )
+        for ev in result.evictions:
+            if ev.task in out.evicted:
+                b.remember(now, "evicted", ev.task, ev.node, ev.reason)
+        for workload, why in out.broken.items():
+            b.remember(now, "undone", workload, "", why)
+        if b.wanted():
+            b.update_later(world, result, insight, now)  # a view: built aside, never holds up a cycle
+
+    def _load_service(self, now: float) -> None:
+        """Attained service and fair-share history as the last leader left them (once per leadership)."""
+        if self.service_loaded:
+            return
+        try:
+            saved = self.service_store.read()
+        except Exception as e:  # the API is away: try again next cycle, schedule meanwhile
+            log.warning("cannot read the attained service (ConfigMap %s): %s", self.service_store.name, e)
+            return
+        self.service_loaded = True
+        self.service_saved = now  # no write before a full interval: the record is as good as ours
+        if saved is not None:
+            self.service.load(saved)
+            log.info(
+                "attained service of %d workload(s) and usage history of %d queue(s) read back",
+                len(self.service.served) + len(self.service._running),
+                len(self.service.history),
+            )
+
+    def _save_service(self, now: float) -> None:
+        if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
+            return
+        self.service_saved = now
+        try:
+            self.service_store.write(self.service.to_dict())
+        except Exception as e:  # not fatal: the next interval tries again
+            log.warning("cannot write the attained service (ConfigMap %s): %s", self.service_store.name, e)
+
+    def _kueue_unhonoured(self, k: Kueue | None) -> None:
+        """Migrating from Kueue: what cannot be carried over, logged when it changes."""
+        if k is not None and k.mode == "migrate" and k.unhonoured != self.kueue_unhonoured:
+            for line in k.unhonoured:
+                log.warning("Kueue migration: %s", line)
+            self.kueue_unhonoured = k.unhonoured
+
+    def _reservations(self, world: World, out: Outcome) -> None:
+        """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""
+        shares = self.executor.shares
+        if shares is None:
+            return
+        shares.refresh(world.reservations)
+        for slot in world.idle_reservations:
+            if not shares.recent(slot, ttl=5.0):
+                shares.delete(slot, world.reservations.get(slot))
+        for task, (node, index) in sorted(world.orphan_shares.items()):
+            if task not in self.gone and shares.gone((node, index)):
+                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
+                log.warning("evicting share %s: %s", task, why)
+                self.executor.evict(task, why, out)
+
+    def _assume(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """The store's pods with our recent binds and evictions applied (the watch lags behind)."""
+        out = []
+        seen: set[str] = set()
+        for p in pods:
+            meta = p.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            seen.add(key)
+            if key in self.gone:
+                if now - self.gone[key] >= self.assume_ttl:
+                    del self.gone[key]
+                elif not (p.get("metadata") or {}).get("deletionTimestamp"):
+                    # evicted, the watch does not show it yet: it still holds its devices until it is
+                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating
+                    p = copy.deepcopy(p)
+                    p[ASSUMED] = True
+                    p.setdefault("metadata", {})["deletionTimestamp"] = "evicted"
+            hit = self.assumed.get(key)
+            if hit is not None:
+                if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.assume_ttl:
+                    del self.assumed[key]  # the watch caught up (or never will)
+                else:
+                    b = hit[0]
+                    p = copy.deepcopy(p)
+                    p[ASSUMED] = True
+                    p.setdefault("spec", {})["nodeName"] = b.node
+                    notes = p.setdefault("metadata", {}).setdefault("annotations", {})
+                    notes.update({k: v for k, v in encode(b).items() if v is not None})
+            out.append(p)
+        for key in [k for k in self.gone if k not in seen]:
+            del self.gone[key]
+        for key in [k for k in self.assumed if k not in seen]:
+            del self.assumed[key]
+        return out
+
+    def _forget_translations(self) -> None:
+        uids = {
+            str((o.get("metadata") or {}).get("uid", ""))
+            for kind in ("nodes", "pods")
+            for o in self.store.items(kind)
+        }
+        self.translations.forget_except(uids, uids)
+
+    def _metrics(self, world: World, result: CycleResult, out: Outcome, seconds: float) -> None:
+        m = self.metrics
+        m.cycle.observe(seconds)
+        m.pending.set(len(result.pending) + len(world.blocked))
+        m.binds.inc(len(out.bound))
+        m.evictions.inc(len(out.evicted))
+        m.broken.inc(len(out.broken))
+        s = world.snapshot
+        per_queue: dict[str, float] = {}
+        for a in s.allocations.values():
+            q = s.workloads[a.task.workload].workload.queue
+            per_queue[q] = per_queue.get(q, 0.0) + len(a.devices.gpus) * a.devices.milli / 1000
+        for q, v in per_queue.items():
+            m.queue_gpus.labels(q).set(v)
+        c = s.cluster
+        pools: dict[str, list[int]] = {}
+        for i, n in enumerate(s.nodes):
+            pool = n.labels.get(self.cfg.pool_label) or n.gpu_model or "cpu"
+            pools.setdefault(pool, []).append(i)
+        for pool, idx in pools.items():
+            total = float(c.gpu_count[idx].sum()) * 1000
+            free = float(c.gpu_free_total[idx].sum())
+            m.pool_gpus.labels(pool).set((total - free) / total if total else 0.0)
+
+
+def _held(result: CycleResult, out: Outcome, binds: dict[str, Bind]) -> dict[str, tuple[Hold, ...]]:
+    """Preemptors whose binds wait for their victims this cycle: each victim terminating, or its
+    eviction refused (a PodDisruptionBudget), said as holds of the preemptor."""
+    waiting = {binds[t].workload for t in out.deferred if t in binds}
+    held: dict[str, list[Hold]] = {}
+    for ev in result.evictions:
+        if ev.by not in waiting:
+            continue
+        action = "reclaim" if ev.reason.startswith("reclaimed") else "preempt"
+        if ev.task in out.refusals:
+            hold = Hold(action, DISRUPTION_BUDGET, ev.task, None, detail=out.refusals[ev.task])
+        elif ev.task in out.evicted:
+            hold = Hold(action, TERMINATING, ev.task, None)
+        else:
+            continue
+        held.setdefault(ev.by, []).append(hold)
+    return {name: tuple(hs) for name, hs in held.items()}

@@ -1,0 +1,61 @@
+"""What one cycle reads, gathered from a store of API objects by kind key.
+
+The live scheduler reads its watch cache, a replay reads a capture file (`phalanx.k8s.trial.capture`):
+both gather here and build the world with the same `build_world`, so a capture of a cluster
+replays to the snapshot the scheduler would have built from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.k8s.client.cache import object_key
+from phalanx.k8s.client.kinds import (
+    DEVICE_CLASSES,
+    JOBS,
+    POD_GROUPS,
+    QUEUES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.kueue import Kueue
+from phalanx.k8s.read.kueue import load as load_kueue
+from phalanx.k8s.read.world import DraObjects, Translations, World, build_world
+
+Items = Callable[[str], list[dict[str, Any]]]
+
+
+@dataclass
+class Gathered:
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    dra: DraObjects
+    kueue: Kueue | None
+    jobs: dict[str, dict[str, Any]] | None  # None: Jobs not listed (not served, not readable, not yet)
+
+    def world(self, cfg: AdapterConfig, now: float, memo: Translations | None = None) -> World:
+        return build_world(
+            self.nodes, self.pods, self.groups, self.queues, cfg, now, memo, self.dra, self.kueue, self.jobs
+        )
+
+
+def gather(
+    items: Items, jobs_listed: bool, cfg: AdapterConfig, pods: list[dict[str, Any]] | None = None
+) -> Gathered:
+    """The objects of every kind a cycle reads; `pods`, if given, replaces the store's (the scheduler
+    passes its pods with the binds it assumes)."""
+    kq, _ = load_kueue(items, cfg.kueue)
+    return Gathered(
+        items("nodes"),
+        items("pods") if pods is None else pods,
+        [o for k in POD_GROUPS for o in items(k.key)],
+        [o for k in QUEUES for o in items(k.key)],
+        DraObjects(items(DEVICE_CLASSES.key), items(RESOURCE_SLICES.key), items(RESOURCE_CLAIMS.key)),
+        kq,
+        {object_key(j): j for j in items(JOBS.key)} if jobs_listed else None,
+    )

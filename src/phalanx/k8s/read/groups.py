@@ -1,0 +1,388 @@
+"""Pods -> workloads (gangs): by named pod group, by controlling owner, or one pod alone.
+
+A pod names its group with any key of `keys.GROUP_KEYS`; the PodGroup object of that name
+(ours, KAI, Volcano or scheduler-plugins) gives `minMember`, queue and topology. Without a
+PodGroup object, Kueue's `pod-group-total-count` or the pods present set the minimum.
+Pods with no group but a controlling owner of a kind in `keys.AUTO_GROUP_OWNERS` form one
+workload per owner: all pods present are the gang (a RayCluster needs only its head), unless
+`phalanx.io/min-available` says otherwise. Any other pod is a workload of its own.
+
+Members of a named group that ended (Succeeded or Failed) count as members that ran, as in
+Volcano's gang plugin: a PodGroup of `minMember: 2` whose one pod completed while the other
+runs is a running gang of one pod left, not a gang short of a member. A group with fewer
+members than its minimum (pods still being created, say) waits for them (`Group.waiting`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.core.errors import SpecError
+from phalanx.core.model import PodSet, SubGroup, TaskRequest, TopologyConstraint, Workload
+from phalanx.k8s import keys
+from phalanx.k8s.read import native
+from phalanx.k8s.read.contain import describe
+from phalanx.k8s.read.pods import PodInfo, timestamp
+from phalanx.spec.quantity import whole_number
+
+
+@dataclass
+class Group:
+    """One workload and where it came from."""
+
+    name: str  # namespace/group, namespace/Kind/owner, or namespace/pod
+    namespace: str
+    pods: list[PodInfo]
+    pod_group: dict[str, Any] | None = None  # the PodGroup object, if any
+    min_available: int = 0
+    queue: str = ""
+    topology: TopologyConstraint | None = None
+    problems: list[str] = field(default_factory=list)
+    # from our PodGroup's spec; None: the pods' phalanx.io/ annotations decide
+    preemptible: bool | None = None
+    checkpoint_interval: float | None = None
+    estimated_runtime: float | None = None
+    exempt: bool = False  # admitted by Kueue: its quota is Kueue's
+    ended: dict[str, int] = field(default_factory=dict)  # members that ran and ended, by phase
+    missing: int = 0  # members the minimum still needs: pods not created yet
+    waiting: str = ""  # why it waits for them ("... waiting for 1 more pod"); empty if it does not
+    priority: int | None = None  # a native PodGroup's spec.priority; None: the pods' highest
+    preempt_whole: bool = False  # a native PodGroup's disruptionMode: PodGroup
+    subgroups: list[native.SubGroupOf] = field(default_factory=list)  # a multi-level gang's levels
+    members: list[dict[str, Any]] = field(default_factory=list)  # native PodGroups merged into it
+
+    @property
+    def ran(self) -> int:
+        """Members that ran and ended (Succeeded or Failed): they count toward the minimum."""
+        return sum(self.ended.values())
+
+
+def group_id(
+    namespace: str, labels: dict[str, Any], annotations: dict[str, Any], scheduling_group: str = ""
+) -> str:
+    """The named group a pod joins (`namespace/group`), or "" (the same keys and order as `PodInfo.tag`)."""
+    if scheduling_group:
+        return f"{namespace}/{scheduling_group}"
+    for k in keys.GROUP_KEYS:
+        for where in (labels, annotations):
+            if k in where:
+                return f"{namespace}/{where[k]}"
+    return ""
+
+
+def ended_members(objs: list[dict[str, Any]], scheduler_name: str) -> dict[str, dict[str, int]]:
+    """Our pods of named groups that ended (Succeeded, Failed), counted by group and phase."""
+    out: dict[str, dict[str, int]] = {}
+    for obj in objs:
+        phase = (obj.get("status") or {}).get("phase")
+        if (
+            phase not in ("Succeeded", "Failed")
+            or (obj.get("spec") or {}).get("schedulerName") != scheduler_name
+        ):
+            continue
+        meta = obj.get("metadata") or {}
+        gid = group_id(
+            str(meta.get("namespace", "default")),
+            meta.get("labels") or {},
+            meta.get("annotations") or {},
+            str(((obj.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or ""),
+        )
+        if gid:
+            counts = out.setdefault(gid, {})
+            counts[str(phase)] = counts.get(str(phase), 0) + 1
+    return out
+
+
+def group_pods(
+    pods: list[PodInfo],
+    pod_groups: list[dict[str, Any]],
+    ended: dict[str, dict[str, int]] | None = None,
+    levels: tuple[tuple[str, str], ...] = (),
+) -> list[Group]:
+    """`ended`: members of named groups that ended (`ended_members`); they count as members that ran.
+    `levels`: the topology levels, to map native topology keys onto."""
+    by_name: dict[tuple[str, str], dict[str, Any]] = {}
+    natives: dict[tuple[str, str], dict[str, Any]] = {}
+    ordered = sorted(pod_groups, key=lambda o: not str(o.get("apiVersion", "")).startswith(keys.GROUP))
+    for pg in ordered:
+        meta = pg.get("metadata") or {}
+        at = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+        by_name.setdefault(at, pg)
+        if native.is_native(pg):
+            natives.setdefault(at, pg)
+    groups: dict[str, Group] = {}
+    for p in sorted(pods, key=lambda p: p.key):
+        gname = p.scheduling_group or p.tag(keys.GROUP_KEYS)
+        if gname:
+            gid = f"{p.namespace}/{gname}"
+            found = (
+                natives.get((p.namespace, gname)) if p.scheduling_group else by_name.get((p.namespace, gname))
+            )
+            g = groups.setdefault(gid, Group(gid, p.namespace, [], found))
+            if p.scheduling_group and found is None and not g.waiting:
+                g.waiting = f"PodGroup {gid} ({native.GROUP}) does not exist yet: its pods wait for it"
+            g.ended = dict((ended or {}).get(gid, {}))
+        else:
+            owner = _owner(p)
+            gid = f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
+            g = groups.setdefault(gid, Group(gid, p.namespace, []))
+        g.pods.append(p)
+    for g in groups.values():
+        if not g.waiting:
+            _settle(g, levels)
+    return _by_workload(list(groups.values()))
+
+
+def _owner(p: PodInfo) -> tuple[str, str] | None:
+    for label, kind in keys.OWNER_LABELS:
+        if label in p.labels:
+            name = p.labels[label]
+            if kind == "LeaderWorkerSet":  # each leader + workers group is one gang
+                name = f"{name}-{p.labels.get('leaderworkerset.sigs.k8s.io/group-index', '0')}"
+            return kind, name
+    if p.owner and p.owner[0] in keys.AUTO_GROUP_OWNERS:
+        return p.owner
+    return None
+
+
+def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
+    """Minimum, queue and topology of the group, or the problems that keep it from running."""
+    n = len(g.pods)
+    have = n + g.ran  # members that ran count toward the minimum
+    first = g.pods[0]
+    try:
+        if native.is_native(g.pod_group):
+            assert g.pod_group is not None
+            _native(g, native.read_spec(g.pod_group, levels), have)
+        elif g.pod_group is not None:
+            spec = g.pod_group.get("spec") or {}
+            kind = f"PodGroup {g.name}"
+            g.min_available = whole_number(spec.get("minMember", 1), f"{kind}: spec.minMember", 1)
+            g.queue = str(spec.get("queue") or "")
+            topo = spec.get("topology")
+            if topo:
+                if not isinstance(topo, dict) or not topo.get("level"):
+                    raise SpecError(
+                        f"{kind}: spec.topology", "needs a level, e.g. {level: rack, required: true}"
+                    )
+                g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
+            if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
+                _tenancy_fields(g, spec, kind)
+            if str(g.pod_group.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
+                members = [(p.key, p.labels) for p in g.pods]
+                g.subgroups = native.volcano_subgroups(g.pod_group, members, g.min_available)
+                _short(g, kind)
+            else:
+                g.subgroups = native.read_subgroups(g.pod_group, levels)
+                if g.subgroups:
+                    _assign(g, kind)
+            if g.min_available > have and not g.waiting:  # a subgroup short says more
+                ran = f", {g.ran} more ended" if g.ran else ""
+                g.missing = g.min_available - have
+                g.waiting = (
+                    f"{kind}: waiting for {_pods(g.missing)}: minMember {g.min_available} exceeds the "
+                    f"{n} pod(s) that belong to it so far{ran}"
+                )
+        elif keys.KUEUE_GROUP_TOTAL in first.annotations:
+            g.min_available = whole_number(
+                first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
+            )
+            if g.min_available > have:
+                g.missing = g.min_available - have
+                g.waiting = (
+                    f"pod group {g.name}: waiting for {_pods(g.missing)}: {g.min_available} pods expected, "
+                    f"{have} present"
+                )
+        elif keys.MIN_AVAILABLE in first.annotations:
+            g.min_available = whole_number(
+                first.annotations[keys.MIN_AVAILABLE], f"pod {first.key}: {keys.MIN_AVAILABLE}"
+            )
+            g.min_available = min(g.min_available, n)
+        elif "/RayCluster/" in g.name:
+            g.min_available = 1
+        else:
+            g.min_available = n
+        level = first.annotations.get(keys.TOPOLOGY_LEVEL)
+        if level and g.topology is None:
+            g.topology = TopologyConstraint(
+                level, first.annotations.get(keys.TOPOLOGY_REQUIRED, "").lower() == "true"
+            )
+    except Exception as e:
+        g.problems.append(
+            describe("PodGroup", g.pod_group, e)
+            if g.pod_group is not None
+            else describe("Workload", {"metadata": {"name": g.name}}, e)
+        )
+    g.queue = g.queue or first.tag(keys.QUEUE_KEYS)
+
+
+def _native(g: Group, spec: native.NativeSpec, have: int) -> None:
+    """A Kubernetes-native PodGroup: its gang's minimum (or none), topology, priority, disruption mode."""
+    kind = f"PodGroup {g.name}"
+    g.problems += spec.problems
+    g.min_available = spec.min_count if spec.gang else 1
+    g.topology = spec.topology
+    g.priority = spec.priority
+    g.preempt_whole = spec.preempt_whole
+    if spec.gang and spec.min_count > have:
+        g.missing = spec.min_count - have
+        ran = f", {g.ran} more ended" if g.ran else ""
+        g.waiting = (
+            f"{kind}: waiting for {_pods(g.missing)}: minCount {spec.min_count} exceeds the "
+            f"{len(g.pods)} pod(s) that belong to it so far{ran}"
+        )
+
+
+def _assign(g: Group, kind: str) -> None:
+    """Each pod to the subgroup its label names; a subgroup short of its minimum waits for pods."""
+    by_name = {sg.name: sg for sg in g.subgroups}
+    for p in g.pods:
+        name = p.tag(native.SUBGROUP_LABELS)
+        if name not in by_name:
+            raise SpecError(
+                f"pod {p.key}: label {native.SUBGROUP_LABELS[0]}",
+                f"names no subgroup of {kind} ({name!r}; subgroups: {', '.join(sorted(by_name))})",
+            )
+        by_name[name].pods.append(p.key)
+    _short(g, kind)
+
+
+def _short(g: Group, kind: str) -> None:
+    """A subgroup short of its minimum: the group waits for pods."""
+    short = [
+        (sg.name, sg.min_available - len(sg.pods)) for sg in g.subgroups if len(sg.pods) < sg.min_available
+    ]
+    if short:
+        g.missing = sum(k for _, k in short)
+        what = ", ".join(f"{_pods(k)} in subgroup {name}" for name, k in short)
+        g.waiting = f"{kind}: waiting for {what}"
+
+
+def _by_workload(groups: list[Group]) -> list[Group]:
+    """Native PodGroups of one Workload made from different templates (prefill and decode, a
+    driver and its workers) are one multi-level gang: each PodGroup a subgroup with its own
+    minimum and topology, the whole all-or-nothing. PodGroups of one template (replicas, as a
+    LeaderWorkerSet makes them) stay gangs of their own."""
+    by_workload: dict[tuple[str, str], list[Group]] = {}
+    for g in groups:
+        if native.is_native(g.pod_group):
+            ref = ((g.pod_group or {}).get("spec") or {}).get("podGroupTemplateRef") or {}
+            wname = str((ref.get("workload") or {}).get("workloadName") or "")
+            if wname:
+                by_workload.setdefault((g.namespace, wname), []).append(g)
+    out = [g for g in groups]
+    for (ns, wname), members in sorted(by_workload.items()):
+        templates = {
+            str(
+                (((m.pod_group or {}).get("spec") or {}).get("podGroupTemplateRef") or {})
+                .get("workload", {})
+                .get("podGroupTemplateName", "")
+            )
+            for m in members
+        }
+        if len(templates) < 2:
+            continue
+        merged = Group(f"{ns}/Workload/{wname}", ns, [p for m in members for p in m.pods])
+        merged.members = [m.pod_group for m in members if m.pod_group is not None]
+        merged.problems = [x for m in members for x in m.problems]
+        merged.waiting = "; ".join(m.waiting for m in members if m.waiting)
+        merged.missing = sum(m.missing for m in members)
+        merged.ended = {k: sum(m.ended.get(k, 0) for m in members) for k in ("Succeeded", "Failed")}
+        merged.priority = max((m.priority for m in members if m.priority is not None), default=None)
+        merged.preempt_whole = any(m.preempt_whole for m in members)
+        merged.queue = next((m.queue for m in members if m.queue), "")
+        merged.subgroups = [
+            native.SubGroupOf(
+                m.name.split("/", 1)[1],
+                max(1, min(m.min_available - m.ran, len(m.pods))),
+                m.topology,
+                [p.key for p in m.pods],
+            )
+            for m in members
+        ]
+        merged.min_available = sum(sg.min_available for sg in merged.subgroups)
+        out = [g for g in out if g not in members] + [merged]
+    return out
+
+
+def _pods(k: int) -> str:
+    return f"{k} more pod" + ("s" if k != 1 else "")
+
+
+def _tenancy_fields(g: Group, spec: dict[str, Any], kind: str) -> None:
+    """Our PodGroup's preemption and run-time fields (issue 5): what reclaim and reservation read."""
+    if "preemptible" in spec:
+        if not isinstance(spec["preemptible"], bool):
+            raise SpecError(
+                f"{kind}: spec.preemptible", f"must be true or false, got {spec['preemptible']!r}"
+            )
+        g.preemptible = spec["preemptible"]
+    for key, attr in (
+        ("checkpointIntervalSeconds", "checkpoint_interval"),
+        ("estimatedRuntimeSeconds", "estimated_runtime"),
+    ):
+        if key in spec:
+            setattr(g, attr, _seconds(str(spec[key]), f"{kind}: spec.{key}"))
+
+
+def workload_of(g: Group, queue: str) -> Workload:
+    """The group as a core Workload; its tasks are named by pod (namespace/name)."""
+    shapes: dict[tuple[object, ...], tuple[TaskRequest, list[str]]] = {}
+    subgroup = {key: sg.name for sg in g.subgroups for key in sg.pods}
+    for p in g.pods:
+        shapes.setdefault((subgroup.get(p.key, ""), p.request.shape_key), (p.request, []))[1].append(p.key)
+    podsets = tuple(
+        PodSet(f"ps{k}", len(names), req, tuple(names)) for k, (req, names) in enumerate(shapes.values())
+    )
+    subgroups = tuple(
+        SubGroup(
+            sg.name,
+            tuple(ps.name for (name, _), ps in zip(shapes, podsets, strict=True) if name == sg.name),
+            max(1, min(sg.min_available, len(sg.pods))),
+            sg.topology,
+        )
+        for sg in g.subgroups
+        if sg.pods
+    )
+    first = g.pods[0]
+    notes = first.annotations
+    where = f"pod {first.key}"
+    created = min(p.created for p in g.pods)
+    if g.pod_group is not None:
+        created = timestamp((g.pod_group.get("metadata") or {}).get("creationTimestamp")) or created
+    return Workload(
+        g.name,
+        podsets,
+        # members that ran and ended count toward the minimum: those left need only the rest
+        min_available=max(1, min(g.min_available - g.ran, len(g.pods))),
+        queue=queue,
+        priority=g.priority if g.priority is not None else max(p.priority for p in g.pods),
+        preemptible=(
+            g.preemptible
+            if g.preemptible is not None
+            else notes.get(keys.PREEMPTIBLE, "true").lower() != "false"
+        ),
+        creation_time=created,
+        topology=g.topology,
+        checkpoint_interval=g.checkpoint_interval
+        or _seconds(notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}")
+        or 0.0,
+        estimated_runtime=g.estimated_runtime
+        or _seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
+        quota_exempt=g.exempt,
+        subgroups=subgroups,
+        preempt_whole=g.preempt_whole,
+    )
+
+
+def _seconds(text: str | None, where: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        v = float(text.rstrip("s"))
+    except ValueError:
+        raise SpecError(where, f"expected seconds, got {text!r}") from None
+    if not v > 0:
+        raise SpecError(where, f"must be > 0 seconds, got {text!r}")
+    return v

@@ -1,0 +1,142 @@
+"""The operator's view (`phalanx status`): queues, per-GPU allocation, gangs, pending workloads and why.
+
+It lists the objects once, builds the same world the scheduler builds, and runs a dry cycle
+(nothing is written) to get the pending reasons the scheduler would give right now, and the
+start forecast of each. Gangs are listed with the phase and members their PodGroup status says
+(`phalanx.k8s.read.lifecycle`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phalanx.core.cycle import run_cycle
+from phalanx.core.queues import GPU, fair_shares
+from phalanx.k8s.act.explain import describe
+from phalanx.k8s.act.insight import RunTimes, insights
+from phalanx.k8s.client.api import Api
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.lifecycle import gang_names, gang_status
+from phalanx.k8s.read.world import World
+from phalanx.k8s.trial.capture import read
+from phalanx.k8s.view.board import Board
+from phalanx.profiles import load_profile
+
+log = logging.getLogger("phalanx.k8s")
+
+
+@dataclass
+class Status:
+    queues: list[dict[str, object]] = field(default_factory=list)
+    gpus: list[dict[str, object]] = field(default_factory=list)
+    gangs: list[dict[str, object]] = field(default_factory=list)
+    pending: list[dict[str, object]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def collect(api: Api, cfg: AdapterConfig) -> Status:
+    return summarize(world_now(api, cfg), cfg)
+
+
+def world_now(api: Api, cfg: AdapterConfig) -> World:
+    """The world the scheduler would build from the cluster as it is now: every kind listed once and
+    gathered as the scheduler gathers its watch cache (`phalanx.k8s.trial.capture`); a kind that cannot be
+    read counts as empty and is named among the problems."""
+    c = read(api)
+    if "pods" in c.unreadable or "nodes" in c.unreadable:  # nothing to say without them
+        raise RuntimeError(
+            "; ".join(f"{k}: {c.unreadable[k]}" for k in ("nodes", "pods") if k in c.unreadable)
+        )
+    world = c.gathered(cfg).world(cfg, c.time)
+    world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
+    return world
+
+
+def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: threading.Event) -> None:
+    """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only.
+
+    Each round runs the cycle the scheduler would run (on a copy of the world, nothing is written)
+    so that waiting workloads show the reasons and forecasts the scheduler would give.
+    """
+    prof = load_profile(cfg.profile)
+    while not stop.is_set():
+        try:
+            world = world_now(api, cfg)
+            now = time.time()
+            result = run_cycle(world.snapshot, prof, now, np.random.default_rng(0), apply=True)
+            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
+            board.update(
+                world, result, insights(world.snapshot, prof, now, waiting, RunTimes(), 1.0).texts, now
+            )
+        except Exception:  # an API hiccup: show the last state and try again
+            log.exception("could not read the cluster")
+        stop.wait(interval)
+
+
+def summarize(world: World, cfg: AdapterConfig) -> Status:
+    out = Status()
+    s = world.snapshot
+    if world.tree is not None:
+        demand = {
+            q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
+            for q in world.tree.queues
+            if world.tree.is_leaf(q)
+        }
+        fair = fair_shares(world.tree, s.capacity_vector(), demand)
+        for name in world.tree.queues:
+            out.queues.append(
+                {
+                    "queue": name,
+                    "parent": world.tree.queues[name].parent,
+                    "deserved_gpu": world.tree.deserved[name][GPU] / 1000,
+                    "used_gpu": s.usage_of(name)[GPU] / 1000,
+                    "fair_gpu": fair.get(name, np.zeros(3))[GPU] / 1000,
+                }
+            )
+    holders: dict[tuple[int, int], list[str]] = {}
+    for a in s.allocations.values():
+        d = a.devices
+        for j in d.gpus:
+            if d.mig is not None:
+                what = f"{a.task.name} (MIG {d.mig.profile}@{d.mig.start})"
+            elif d.milli < 1000:
+                what = f"{a.task.name} ({d.milli / 1000:g})"
+            else:
+                what = a.task.name
+            holders.setdefault((a.node, j), []).append(what)
+    c = s.cluster
+    for i, n in enumerate(s.nodes):
+        for j, g in enumerate(n.gpus):
+            out.gpus.append(
+                {
+                    "node": n.name,
+                    "gpu": g.index,
+                    "model": g.model + (" MIG" if g.mig_enabled else ""),
+                    "free": f"{c.gpu_milli_free[i, j] / 1000:g}" if not g.mig_enabled else "-",
+                    "held_by": ", ".join(holders.get((i, j), [])) or "-",
+                }
+            )
+    for name in gang_names(world):
+        st = gang_status(world, name)
+        if st is not None:
+            out.gangs.append({"workload": name, "phase": st.phase, "members": st.text})
+    # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
+    # (the tables above show the cluster as it is)
+    now = time.time()
+    prof = load_profile(cfg.profile)
+    result = run_cycle(s, prof, now, np.random.default_rng(0), apply=True)
+    waiting = [p.workload for p in result.pending if p.workload in s.workloads]
+    insight = insights(s, prof, now, waiting, RunTimes(), budget_s=1.0).texts
+    for p in result.pending:
+        out.pending.append(
+            {"workload": p.workload, "why": describe(p), "forecast": insight.get(p.workload, "-")}
+        )
+    for name, why in world.blocked.items():
+        out.pending.append({"workload": name, "why": "; ".join(why), "forecast": "-"})
+    out.problems += [world.problems[k] for k in sorted(world.problems)]
+    return out
