@@ -20,8 +20,9 @@ from dra_kube import device_classes
 from kube_objects import node, pod, pod_group, queue
 from phalanx.core.cycle import run_cycle
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.contain import label
-from phalanx.k8s.read.world import DraObjects, build_world
+from phalanx.k8s.read.world import build_world
 from phalanx.profiles import load_profile
 
 EXAMPLES = int(os.environ.get("PHALANX_HOSTILE_EXAMPLES", "300"))

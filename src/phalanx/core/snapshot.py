@@ -199,6 +199,10 @@ class Snapshot:
         # foreign usage: milli-GPU held by what Phalanx does not schedule, and the part of it going away
         self.foreign_gpu_milli = 0
         self.leaving: list[Leaving] = []
+        # what each node's foreign usage charged, so a driver can clear a node and record it anew
+        self.foreign_on: list[list[tuple[DeviceAssignment, Leaving | None, ForeignUsage]]] = [
+            [] for _ in ordered
+        ]
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -426,9 +430,28 @@ class Snapshot:
         devices = DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems)
         c.take(i, usage.cpu_milli, usage.memory_mib, devices)
         self.foreign_gpu_milli += usage.gpu_milli * len(positions)
+        lv = None
         if usage.ends is not None:
             lv = Leaving(usage.owner, i, usage.cpu_milli, usage.memory_mib, devices, usage.ends)
             self.leaving.append(lv)
+        self.foreign_on[i].append((devices, lv, usage))
+
+    def clear_node(self, i: int) -> None:
+        """Release everything recorded on node `i` (our tasks and foreign usage): a driver that keeps
+        its snapshot between cycles records a changed node anew instead of rebuilding every node."""
+        for alloc in list(self.on_node[i].values()):
+            self._unbind(alloc)
+        c = self.cluster
+        for devices, lv, usage in self.foreign_on[i]:
+            if lv is not None:
+                if lv not in self.leaving:  # let go of by a what-if that is not undone: already given
+                    continue
+                self.leaving.remove(lv)
+            c.give(i, usage.cpu_milli, usage.memory_mib, devices)
+            self.foreign_gpu_milli -= devices.milli * len(devices.gpus)
+        if self.foreign_on[i]:
+            self.release_epoch += 1
+        self.foreign_on[i] = []
 
     def let_go(self, lv: Leaving, gone: bool = True) -> None:
         """A leaving usage is gone (what-ifs and forecasts), or back with `gone=False` (to undo that,

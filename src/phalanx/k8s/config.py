@@ -42,6 +42,9 @@ class AdapterConfig:
     cycle_seconds: float = 1.0
     # a quiet cluster (nothing waiting, nothing changed) is looked at again at least this often
     quiet_recheck_s: float = 30.0
+    # the snapshot is kept between cycles (phalanx.k8s.read.carry); this often it is also built
+    # from scratch and compared, and replaced if they differ (0: never compared)
+    world_audit_s: float = 300.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)

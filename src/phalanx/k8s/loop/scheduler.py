@@ -22,6 +22,7 @@ import numpy as np
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import DISRUPTION_BUDGET, TERMINATING, Bind, CycleResult, Hold
 from phalanx.core.profile import Profile
+from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
 from phalanx.k8s.act.executor import Executor, Outcome
 from phalanx.k8s.act.explain import Explainer
@@ -34,11 +35,13 @@ from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.leader import LeaderElector
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
+from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.contain import label
 from phalanx.k8s.read.devices import encode
-from phalanx.k8s.read.gather import gather
+from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.kueue import Kueue
-from phalanx.k8s.read.world import ASSUMED, Translations, World
+from phalanx.k8s.read.translations import ASSUMED, Translations
+from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
 from phalanx.k8s.view.server import Metrics
 
@@ -86,6 +89,8 @@ class Scheduler:
         self.rng = np.random.default_rng(seed)
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
         self.translations = Translations()
+        self.carry = Carry()  # the snapshot kept from one cycle to the next
+        self.audited = time.monotonic()
         # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles
         # (a fresh snapshot is built each cycle; lost on restart, so a new leader may repeat once)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -140,6 +145,7 @@ class Scheduler:
             if not leading:
                 self.service_loaded = False  # another leader went on: read its record when we lead
                 self.quiet_at = None
+                self.carry.drop()
             if leading and self.ready():
                 if self.quiet():
                     self.metrics.skipped.inc()
@@ -148,6 +154,7 @@ class Scheduler:
                         self.step()
                     except Exception:  # a bad cycle must not kill the scheduler
                         self.quiet_at = None
+                        self.carry.drop()  # whatever it left half done: the next cycle starts afresh
                         log.exception("cycle failed")
             self.store.changed.wait(self.cfg.cycle_seconds)
             self.store.changed.clear()
@@ -176,7 +183,13 @@ class Scheduler:
         read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
         self._kueue_unhonoured(read.kueue)
         queues, dra = read.queues, read.dra
-        world = read.world(self.cfg, now, self.translations)
+        rebuilt = self.carry.rebuilt
+        world = read.world(self.cfg, now, self.translations, self.carry)
+        if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
+            self.metrics.rebuilds.inc()
+        else:
+            self.metrics.recorded.observe(self.carry.recorded)
+            world = self._audit(world, read, now)
         self._load_service(now)
         self.service.apply(world.snapshot, now)
         self._save_service(now)
@@ -391,6 +404,24 @@ class Scheduler:
         for key in [k for k in self.assumed if k not in seen]:
             del self.assumed[key]
         return out
+
+    def _audit(self, world: World, read: Gathered, now: float) -> World:
+        """Now and then, the kept snapshot against one built from scratch: on a difference (a bug of
+        ours), say what differs and go on with the one from scratch."""
+        every = self.cfg.world_audit_s
+        if every <= 0 or time.monotonic() - self.audited < every:
+            return world
+        self.audited = time.monotonic()
+        scratch = read.world(self.cfg, now, self.translations)
+        diff = differences(scratch.snapshot, world.snapshot)
+        if not diff:
+            return world
+        self.metrics.drift.inc()
+        log.error(
+            "the kept snapshot differs from one built from scratch (using that one): %s", "; ".join(diff)
+        )
+        self.carry.drop()
+        return scratch
 
     def _forget_translations(self) -> None:
         uids = {

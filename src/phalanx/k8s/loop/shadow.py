@@ -36,7 +36,8 @@ from phalanx.k8s.client.cache import Informers, Store, object_key
 from phalanx.k8s.client.kinds import JOBS, WATCHED
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.gather import gather
-from phalanx.k8s.read.world import Translations, World
+from phalanx.k8s.read.translations import Translations
+from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board, Visible, _shown
 from phalanx.k8s.view.server import Metrics
 

@@ -21,9 +21,12 @@ from phalanx.k8s.client.kinds import (
     RESOURCE_SLICES,
 )
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.carry import Carry
+from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.kueue import load as load_kueue
-from phalanx.k8s.read.world import DraObjects, Translations, World, build_world
+from phalanx.k8s.read.translations import Translations
+from phalanx.k8s.read.world import World, build_world
 
 Items = Callable[[str], list[dict[str, Any]]]
 
@@ -38,9 +41,21 @@ class Gathered:
     kueue: Kueue | None
     jobs: dict[str, dict[str, Any]] | None  # None: Jobs not listed (not served, not readable, not yet)
 
-    def world(self, cfg: AdapterConfig, now: float, memo: Translations | None = None) -> World:
+    def world(
+        self, cfg: AdapterConfig, now: float, memo: Translations | None = None, carry: Carry | None = None
+    ) -> World:
         return build_world(
-            self.nodes, self.pods, self.groups, self.queues, cfg, now, memo, self.dra, self.kueue, self.jobs
+            self.nodes,
+            self.pods,
+            self.groups,
+            self.queues,
+            cfg,
+            now,
+            memo,
+            self.dra,
+            self.kueue,
+            self.jobs,
+            carry,
         )
 
 

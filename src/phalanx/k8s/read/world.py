@@ -10,83 +10,30 @@ whatever error a translation raises, for whatever kind, ends there and nowhere e
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
-
-from phalanx.core import drafit
 from phalanx.core.decisions import Bind
-from phalanx.core.devices import default_assignment
-from phalanx.core.errors import SpecError
-from phalanx.core.feasibility import find_candidates
-from phalanx.core.model import MILLI, GpuKind, GpuRequest, Node
+from phalanx.core.model import MILLI, GpuRequest, Node, Workload
 from phalanx.core.queues import QueueTree
-from phalanx.core.snapshot import ForeignUsage, Snapshot
+from phalanx.core.snapshot import Snapshot
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.read import kueue as kueue_keys
 from phalanx.k8s.read import native
-from phalanx.k8s.read.contain import Contain, brief, describe, label, mapping, mappings, outlined
-from phalanx.k8s.read.devices import decode, decode_plan
-from phalanx.k8s.read.dra import allocation_of, parse_claim, pod_claim_names
+from phalanx.k8s.read.carry import Carry, Foreign, prune, record_nodes, reset_cycle_state
+from phalanx.k8s.read.claims import Claims, DraObjects, with_dra
+from phalanx.k8s.read.contain import Contain, describe, label, mapping, mappings, outlined
+from phalanx.k8s.read.group_rules import apply_kueue, apply_plans, created, job_parallelism
 from phalanx.k8s.read.groups import Group, ended_members, group_pods, workload_of
 from phalanx.k8s.read.kueue import Kueue
-from phalanx.k8s.read.nodes import dataset_sizes, parse_node
-from phalanx.k8s.read.pods import PodInfo, is_active, parse_pod, timestamp
+from phalanx.k8s.read.nodes import dataset_sizes
+from phalanx.k8s.read.pods import PodInfo, is_active
 from phalanx.k8s.read.queues import build_tree
 from phalanx.k8s.read.reservations import Slot, slot_of
-from phalanx.spec.dra import Devices, node_devices, parse_slices
-
-T = TypeVar("T")
-ASSUMED = "__phalanx_assumed__"  # set on pod copies the scheduler edited (never cached)
-
-
-class Translations:
-    """Parsed nodes and pods by (uid, resourceVersion): an object is translated once per version."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, tuple[str, Node | SpecError]] = {}
-        self.pods: dict[str, tuple[str, PodInfo | SpecError]] = {}
-
-    @staticmethod
-    def _version(obj: dict[str, Any]) -> tuple[str, str]:
-        meta = obj.get("metadata") or {}
-        return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
-
-    def node(self, obj: dict[str, Any], cfg: AdapterConfig) -> Node:
-        return self._memo(self.nodes, obj, lambda: parse_node(obj, cfg))
-
-    def pod(self, obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
-        if obj.get(ASSUMED):
-            return parse_pod(obj, cfg)
-        return self._memo(self.pods, obj, lambda: parse_pod(obj, cfg))
-
-    def _memo(self, table: dict[str, tuple[str, Any]], obj: dict[str, Any], fn: Callable[[], T]) -> T:
-        uid, rv = self._version(obj)
-        if not uid or not rv:
-            return fn()
-        hit = table.get(uid)
-        if hit is not None and hit[0] == rv:
-            if isinstance(hit[1], SpecError):
-                raise hit[1]
-            return hit[1]  # type: ignore[no-any-return]
-        try:
-            out = fn()
-        except SpecError as e:
-            table[uid] = (rv, e)
-            raise
-        table[uid] = (rv, out)
-        return out
-
-    def forget_except(self, nodes: set[str], pods: set[str]) -> None:
-        """Drop entries of objects that no longer exist (called now and then)."""
-        for table, alive in ((self.nodes, nodes), (self.pods, pods)):
-            for uid in [u for u in table if u not in alive]:
-                del table[uid]
+from phalanx.k8s.read.translations import Translations
+from phalanx.spec.dra import Devices, parse_slices
 
 
 @dataclass
@@ -124,15 +71,6 @@ def _ready(obj: dict[str, Any]) -> bool:
     return True
 
 
-@dataclass
-class DraObjects:
-    """The resource.k8s.io objects a cycle reads (empty on a cluster without DRA)."""
-
-    classes: list[dict[str, Any]] = field(default_factory=list)
-    slices: list[dict[str, Any]] = field(default_factory=list)
-    claims: list[dict[str, Any]] = field(default_factory=list)
-
-
 def build_world(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -144,7 +82,11 @@ def build_world(
     dra: DraObjects | None = None,
     kueue: Kueue | None = None,
     jobs: dict[str, dict[str, Any]] | None = None,
+    carry: Carry | None = None,
 ) -> World:
+    """The world of one cycle. With `carry`, the last cycle's snapshot is kept where the nodes, queues
+    and datasets are what it was built from (and no DRA object exists): only nodes whose pods changed
+    are recorded anew (`phalanx.k8s.read.carry`)."""
     memo = memo or Translations()
     contain = Contain()
     nodes, pods = outlined("Node", nodes, contain), outlined("Pod", pods, contain)
@@ -165,28 +107,41 @@ def build_world(
             ]
             continue
         if n.name in devices.by_node:
-            with_dra = contain("Node", obj, partial(_with_dra, n, devices))
-            if with_dra is None:  # its published devices do not make a node: left out, named
+            published = contain("Node", obj, partial(with_dra, n, devices))
+            if published is None:  # its published devices do not make a node: left out, named
                 node_problems[n.name] = contain.problems[label("Node", obj)]
                 continue
-            n = with_dra
+            n = published
         parsed.append(n)
         ready[n.name] = _ready(obj)
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
     tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
     local_pools = {(d.driver, d.pool) for devs in devices.by_node.values() for d in devs}
-    snap = Snapshot(
-        parsed,
-        topology_levels=[lv for lv, _ in cfg.levels],
-        datasets=dataset_sizes(nodes),
-        queues=tree,
-        dra_shared=devices.shared,
-        dra_counter_sets=[cs for cs in devices.counter_sets if (cs.driver, cs.pool) not in local_pools],
-    )
+    datasets = dataset_sizes(nodes)
+
+    def fresh() -> Snapshot:
+        return Snapshot(
+            parsed,
+            topology_levels=[lv for lv, _ in cfg.levels],
+            datasets=datasets,
+            queues=tree,
+            dra_shared=devices.shared,
+            dra_counter_sets=[cs for cs in devices.counter_sets if (cs.driver, cs.pool) not in local_pools],
+        )
+
+    if carry is not None and (dra.slices or dra.claims or dra.classes):
+        carry.drop()  # claims hold devices across nodes: DRA clusters build their snapshot each cycle
+        carry = None
+    kept = False
+    if carry is not None:
+        base = (parsed, datasets, _tree_key(tree), tuple(cfg.levels))
+        snap, kept = carry.start(base, fresh)
+    else:
+        snap = fresh()
     w = World(snap, tree, node_problems=node_problems, queue_problems=queue_problems)
-    for name, ok in ready.items():
-        if not ok:
-            snap.set_node_ready(name, False)
+    for i, n in enumerate(snap.nodes):
+        if bool(snap.cluster.node_ready[i]) != ready[n.name]:
+            snap.set_node_ready(n.name, ready[n.name])
     ours: list[PodInfo] = []
     foreign: list[PodInfo] = []
     pods_by_key = {object_key(o): o for o in pods}
@@ -218,7 +173,7 @@ def build_world(
         gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
         if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
-    claims = _Claims(dra, snap, contain)
+    claims = Claims(dra, snap, contain)
     natives = {object_key(pg): pg for pg in pod_groups if native.is_native(pg)}
     holders = {p.uid for p in ours if p.node}  # and the native PodGroups of our bound pods (their claims)
     holders |= {
@@ -234,13 +189,14 @@ def build_world(
         ]
     w.group_claims = claims.group_reserved
     known = {n.name for n in parsed}
+    staged: list[tuple[Group, Workload | None]] = []
     for g in group_pods(ours, pod_groups, w.ended, cfg.levels):
         w.groups[g.name] = g
         for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
             w.pod_groups.pop(object_key(member), None)
-        _job_parallelism(g, jobs, now - cfg.gang_creation_grace_s)
+        job_parallelism(g, jobs, now - cfg.gang_creation_grace_s)
         if kueue is not None:
-            _kueue(g, kueue, jobs or {})
+            apply_kueue(g, kueue, jobs or {})
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
         queue = g.queue or cfg.default_queue
         if tree is not None and not tree.is_leaf(queue):
@@ -250,21 +206,34 @@ def build_world(
                 else f"queue {queue!r} is not a leaf"
             )
             g.problems.append(why)
+        wl = None
         if not g.problems and not g.waiting:
             try:
-                snap.add_workload(workload_of(g, queue))
+                wl = _workload(g, queue, carry)
+            except Exception as e:
+                g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
+        staged.append((g, wl))
+    if kept:  # workloads gone or changed leave the carried snapshot (with what they hold) first
+        prune(snap, {g.name: wl for g, wl in staged if wl is not None})
+    if carry is not None:
+        carry.forget_workloads_except(g.name for g, wl in staged if wl is not None)
+    for g, wl in staged:
+        if wl is not None and g.name not in snap.workloads:
+            try:
+                snap.add_workload(wl)
             except Exception as e:
                 g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
         if g.problems or g.waiting:
             w.blocked[g.name] = g.problems or [g.waiting]
             if not g.problems:  # only short of pods: within the grace, pods are still being created
-                since = max([p.created for p in g.pods] + [_created(g.pod_group)])
+                since = max([p.created for p in g.pods] + [created(g.pod_group)])
                 w.waiting_pods[g.name] = now - since < cfg.gang_creation_grace_s
             foreign += [p for p in g.pods if p.node and p.node in known]
             continue
-        _apply_plans(g, w, contain)
+        apply_plans(g, w.stale_intents, contain)
         for p in g.pods:
             w.pods[p.key] = p
+    ours_at: dict[str, list[PodInfo]] = {}
     for p in w.pods.values():
         target = p.node or p.intent
         if not target:
@@ -273,20 +242,30 @@ def build_world(
             if not p.node:
                 w.stale_intents.append(p.plan_holder or p.key)
             continue
-        placed = _rebuild(snap, p, target, now)
-        if placed is None:
-            if p.node:
-                foreign.append(p)  # runs there whatever we think; count it
-            else:
-                w.stale_intents.append(p.plan_holder or p.key)
-        elif not p.node:
+        ours_at.setdefault(target, []).append(p)
+    reserved: list[PodInfo] = []
+    prefer = _reservations(w, reservations, foreign, reserved, cfg, contain, memo)
+
+    def by_node(ps: list[PodInfo]) -> dict[str, list[Foreign]]:
+        out: dict[str, list[Foreign]] = {}
+        for p in ps:
+            if p.node in known:
+                # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
+                ends = (p.deletion or now) if p.deleting else None
+                out.setdefault(p.node, []).append((p, prefer.get(p.key, ()), ends))
+        return out
+
+    outcomes = record_nodes(snap, carry, ours_at, by_node(foreign), by_node(reserved), now)
+    for p in w.pods.values():
+        if p.key not in outcomes:
+            continue
+        placed = outcomes[p.key]
+        if placed is None and not p.node:
+            w.stale_intents.append(p.plan_holder or p.key)
+        elif placed is not None and not p.node:
             w.unfinished.append(placed)
-    prefer = _reservations(w, reservations, foreign, cfg, contain, memo)
-    for p in foreign:
-        if p.node in known:
-            # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
-            ends = (p.deletion or now) if p.deleting else None
-            _foreign(snap, p, prefer.get(p.key, ()), ends)
+    if kept:
+        reset_cycle_state(snap)
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
@@ -298,131 +277,6 @@ def build_world(
     queue_labels = {f"Queue {q}": msg for q, msg in queue_problems.items()}
     w.problems = contain.problems | queue_labels
     return w
-
-
-def _job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_since: float) -> None:
-    """A Job's pods are one gang of its parallelism (what is left of its completions), not of the pods
-    that happen to exist yet: the Job controller may still be making them. A pod whose Job the watch
-    has not delivered yet waits for it (within the creation grace, after `grace_since`), or it would
-    be placed alone, outside the Job's gang and its LocalQueue. `jobs` None: Jobs are not watched."""
-    first = g.pods[0]
-    if (
-        g.pod_group is not None
-        or not first.owner
-        or first.owner[0] != "Job"
-        or g.name != f"{g.namespace}/Job/{first.owner[1]}"
-    ):
-        return
-    if keys.MIN_AVAILABLE in first.annotations or keys.KUEUE_GROUP_TOTAL in first.annotations:
-        return
-    job = (jobs or {}).get(f"{g.namespace}/{first.owner[1]}")
-    if job is None:
-        if jobs is not None and max(p.created for p in g.pods) > grace_since:
-            g.waiting = f"Job {g.namespace}/{first.owner[1]}: not seen yet, so neither is its parallelism"
-        return
-    spec, status = job.get("spec") or {}, job.get("status") or {}
-    try:
-        need = int(spec.get("parallelism", 1))
-        if spec.get("completions") is not None:
-            need = min(need, int(spec["completions"]) - int(status.get("succeeded") or 0))
-    except (TypeError, ValueError):
-        return
-    if need > len(g.pods):
-        g.missing = need - len(g.pods)
-        g.waiting = (
-            f"Job {g.namespace}/{first.owner[1]}: waiting for {g.missing} more pod"
-            f"{'s' if g.missing != 1 else ''}: {len(g.pods)} of its {need} parallel pods exist"
-        )
-    g.min_available = max(1, min(need, len(g.pods)))
-
-
-def _created(obj: dict[str, Any] | None) -> float:
-    return timestamp(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
-
-
-def _kueue(g: Group, k: Kueue, jobs: dict[str, dict[str, Any]]) -> None:
-    """What Kueue says of the group: wait for its admission, its queue, the nodes of its flavors."""
-    first = g.pods[0]
-    owners = [p.owner for p in g.pods if p.owner]
-    group = first.labels.get(kueue_keys.POD_GROUP_LABEL)
-    owners += [("PodGroup", group)] if group else []
-    owners += [("Pod", p.name) for p in g.pods]
-    label = first.labels.get(kueue_keys.QUEUE_LABEL, "")
-    if not label and first.owner and first.owner[0] == "Job":
-        job = jobs.get(f"{g.namespace}/{first.owner[1]}") or {}
-        label = str(((job.get("metadata") or {}).get("labels") or {}).get(kueue_keys.QUEUE_LABEL, ""))
-    own = g.queue if g.queue and g.queue != label else ""
-    d = kueue_keys.decide(k, g.namespace, list(dict.fromkeys(owners)), label, own)
-    if d.problem:
-        g.problems.append(d.problem)
-        return
-    if d.queue is not None:
-        g.queue = d.queue
-    elif label and g.queue == label:
-        g.queue = ""  # a LocalQueue name is not a Phalanx queue: the default queue
-    g.exempt = d.exempt
-    if d.terms:
-        g.pods = [
-            replace(
-                p,
-                request=replace(
-                    p.request, node_affinity=kueue_keys.combine(p.request.node_affinity, d.terms)
-                ),
-            )
-            for p in g.pods
-        ]
-
-
-def _apply_plans(g: Group, w: World, contain: Contain) -> None:
-    """Members of a gang whose plan names them, not bound yet: they carry the plan's assignment."""
-    by_key = {p.key: p for p in g.pods}
-    for holder in g.pods:
-        text = holder.annotations.get(keys.GANG_PLAN)
-        if not text:
-            continue
-        where = f"pod {holder.key}"
-        plan = contain("Pod", {"metadata": holder.meta}, partial(decode_plan, text, where))
-        if plan is None:
-            w.stale_intents.append(holder.key)
-            continue
-        for task, (uid, notes) in plan.items():
-            p = by_key.get(task)
-            if p is None or p.node or (uid and p.uid != uid):
-                continue  # gone, bound already, or a new pod of the same name
-            planned = replace(
-                p,
-                intent=notes[keys.NODE_INTENT],
-                annotations={**p.annotations, **notes},
-                plan_holder=holder.key,
-            )
-            by_key[task] = planned  # a copy: the translation cache keeps the pod as the API has it
-            g.pods[g.pods.index(p)] = planned
-
-
-def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
-    """Record our pod on `node` with the devices its annotations name (or any that fit); None if it cannot."""
-    entry = snap.entry_of_task(p.key)
-    since = p.started or p.created or now
-    try:
-        b = decode(p.annotations, p.key, entry.name, node)
-        if b.gpus or p.request.gpu.kind is GpuKind.NONE:
-            snap.bind_existing(p.key, node, snap.assignment_of(b), since=since)
-            return b
-    except (SpecError, AssertionError, ValueError):
-        pass
-    if not p.node:
-        return None  # a plan that no longer holds is dropped, never re-chosen behind the core's back
-    i = snap.node_index(node)
-    mask = np.zeros(len(snap.cluster), dtype=np.bool_)
-    mask[i] = True
-    cand = find_candidates(snap, p.request, mask)
-    if not len(cand):
-        return None
-    devices = default_assignment(snap.cluster, i, cand.usable(0), p.request)
-    if devices is None:
-        return None
-    snap.bind_existing(p.key, node, devices, since=since)
-    return snap.bind_of(snap.allocations[p.key])
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
@@ -438,13 +292,14 @@ def _reservations(
     w: World,
     reservations: dict[Slot, dict[str, Any]],
     foreign: list[PodInfo],
+    reserved: list[PodInfo],
     cfg: AdapterConfig,
     contain: Contain,
     memo: Translations,
 ) -> dict[str, tuple[int, ...]]:
     """GPU reservation pods: their GPU counts as the shares' (never twice) while a share of ours
-    is bound or planned there, and as a whole GPU held when none is. Returns, for the pods added
-    to `foreign`, which GPU they hold."""
+    is bound or planned there, and as a whole GPU held when none is. They go to `reserved`; returns,
+    for those, which GPU they hold."""
     users: dict[Slot, list[PodInfo]] = {}
     for p in [*w.pods.values(), *(q for q in foreign if q.ours)]:
         for slot in _share_slots(p):
@@ -456,10 +311,10 @@ def _reservations(
         if r is None:
             continue
         if slot in users:
-            foreign.append(replace(r, request=replace(r.request, gpu=GpuRequest.none())))
+            reserved.append(replace(r, request=replace(r.request, gpu=GpuRequest.none())))
         else:
             w.idle_reservations.append(slot)
-            foreign.append(r)
+            reserved.append(r)
             prefer[r.key] = (slot[1],)
     if cfg.gpu_shares == "reservation":
         for slot, ps in users.items():
@@ -468,121 +323,27 @@ def _reservations(
     return prefer
 
 
-def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: float | None = None) -> None:
-    """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free."""
-    i = snap.node_index(p.node)
-    c = snap.cluster
-    g = p.request.gpu
-    want = g.devices if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION, GpuKind.MEMORY) else 0
-    milli = g.milli if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION) else MILLI
-    free = [j for j in range(int(c.gpu_count[i])) if c.gpu_milli_free[i, j] >= milli]
-    named = [j for j in free if snap.nodes[i].gpus[j].index in prefer]
-    free = named + [j for j in free if j not in named]
-    gpus = tuple(snap.nodes[i].gpus[j].index for j in free[:want])
-    cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
-    mem = min(p.request.memory_mib, int(c.mem_free[i]))
-    snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI, p.key, ends))
+def _tree_key(tree: QueueTree | None) -> object:
+    return None if tree is None else (tree.queues, tree.gpu_weights)
 
 
-def _with_dra(n: Node, devices: Devices) -> Node:
-    """The node with the devices its DRA drivers publish (its GPUs and NICs made from them)."""
-    devs = devices.by_node[n.name]
-    pools = {(d.driver, d.pool) for d in devs}
-    sets = tuple(cs for cs in devices.counter_sets if (cs.driver, cs.pool) in pools)
-    gpus, nics = node_devices(devs)
-    return replace(
-        n,
-        gpus=gpus if gpus else n.gpus,
-        nics=nics if nics else n.nics,
-        mig_instances={} if gpus else n.mig_instances,
-        dra=tuple(devs),
-        counter_sets=sets,
+def _workload(g: Group, queue: str, carry: Carry | None) -> Workload:
+    """The group's Workload; with `carry`, last cycle's object while everything it is made of is equal."""
+    if carry is None:
+        return workload_of(g, queue)
+    key = (
+        queue,
+        tuple(g.pods),
+        g.min_available,
+        g.ran,
+        g.topology,
+        g.priority,
+        g.preemptible,
+        g.checkpoint_interval,
+        g.estimated_runtime,
+        g.exempt,
+        tuple(g.subgroups),
+        g.preempt_whole,
+        created(g.pod_group),
     )
-
-
-class _Claims:
-    """Pods' ResourceClaims: allocated ones held in the snapshot, our pods' claims on their requests."""
-
-    def __init__(self, dra: DraObjects, snap: Snapshot, contain: Contain) -> None:
-        self.snap = snap
-        self.contain = contain
-        self.classes = {str((c.get("metadata") or {}).get("name", "")): c for c in dra.classes}
-        self.objects = {
-            f"{(c.get('metadata') or {}).get('namespace')}/{(c.get('metadata') or {}).get('name')}": c
-            for c in dra.claims
-        }
-        self.waiting: dict[str, str] = {}  # pod -> why it waits (claim not made yet, or bad)
-        self.group_reserved: dict[str, dict[str, str]] = {}  # claims of native PodGroups -> reservedFor
-
-    def reserve(self, our_bound: set[str]) -> None:
-        """Allocated claims hold their devices; their GPUs count as used unless one of our bound pods
-        holds them (its annotations already account for them)."""
-        for obj in self.objects.values():
-            alloc = self.contain("ResourceClaim", obj, partial(allocation_of, obj))
-            if alloc is None:
-                continue
-            self.snap.reserve_claim(alloc)
-            users = {str(r.get("uid", "")) for r in mappings(mapping(obj.get("status")).get("reservedFor"))}
-            if users & our_bound or not alloc.node or alloc.node not in self.snap.cluster.index:
-                continue
-            i = self.snap.node_index(alloc.node)
-            held = drafit.assignment(self.snap, i, [alloc])
-            if held is not None:
-                self.snap.hold_devices(i, held)
-
-    def attach(self, p: PodInfo, obj: dict[str, Any], pg: dict[str, Any] | None = None) -> PodInfo:
-        try:
-            names = pod_claim_names(obj)
-        except Exception as e:  # a pod's own fields: it waits, and says why
-            self.waiting[p.key] = f"pod {p.key}: its resourceClaims cannot be read ({type(e).__name__}: {e})"
-            return p
-        if not names:
-            return p
-        if pg is not None:  # the PodGroup's claims: shared by its pods, reserved for the PodGroup
-            theirs = native.group_claims(obj, pg)
-            names = [(pc, theirs[pc], True) if pc in theirs else (pc, cn, sh) for pc, cn, sh in names]
-            for claim_name in theirs.values():
-                if claim_name:
-                    self.group_reserved[f"{p.namespace}/{claim_name}"] = native.reference(pg)
-        out = []
-        for pod_claim, claim_name, shared in names:
-            if not claim_name:
-                why = f"waiting for the ResourceClaim of {pod_claim!r} to be made from its template"
-                self.waiting[p.key] = f"pod {p.key}: {why}"
-                return p
-            key = f"{p.namespace}/{claim_name}"
-            cobj = self.objects.get(key)
-            if cobj is None:
-                self.waiting[p.key] = f"pod {p.key}: ResourceClaim {key} does not exist (yet)"
-                return p
-            c = self.contain("ResourceClaim", cobj, partial(parse_claim, cobj, self.classes, shared))
-            if c is None:
-                self.waiting[p.key] = self.contain.problems[label("ResourceClaim", cobj)]
-                return p
-            out.append(c)
-        claims = tuple(out)
-        try:  # what the claims amount to (a claim asking 10**6 GPUs is no request): the pod waits, says why
-            gpu, nics = drafit.footprint(
-                claims, list(self.snap.dra_devices.values()), self.snap.selector_cache
-            )
-            req = p.request
-            classic = {"gpu": req.gpu.kind is not GpuKind.NONE, "nic": req.rdma_nics > 0}
-            claimed = frozenset(
-                r for r, asked in classic.items() if not asked
-            )  # device-plugin asks stay classic
-            return replace(
-                p,
-                request=replace(
-                    req,
-                    claims=claims,
-                    claimed=claimed,
-                    gpu=gpu if "gpu" in claimed else req.gpu,
-                    rdma_nics=nics if "nic" in claimed else req.rdma_nics,
-                    nic_same_pcie=req.nic_same_pcie and "nic" not in claimed,
-                ),
-            )
-        except Exception as e:
-            self.waiting[p.key] = (
-                f"pod {p.key}: its ResourceClaims cannot be placed ({type(e).__name__}: {brief(e)})"
-            )
-            return p
+    return carry.workload(g.name, key, lambda: workload_of(g, queue))

@@ -53,6 +53,22 @@ class Metrics:
             "Cycles not run: nothing changed since a cycle that left nothing waiting",
             registry=r,
         )
+        self.rebuilds = Counter(
+            "phalanx_world_rebuilds",
+            "Cycles that built the snapshot from scratch (nodes, queues or datasets changed; DRA in use)",
+            registry=r,
+        )
+        self.recorded = Histogram(
+            "phalanx_world_nodes_recorded",
+            "Nodes recorded anew into the kept snapshot in a cycle (their pods changed)",
+            buckets=(0, 1, 5, 20, 100, 500, 2000, 10000),
+            registry=r,
+        )
+        self.drift = Counter(
+            "phalanx_world_drift",
+            "Audits that found the kept snapshot differing from one built from scratch (it is replaced)",
+            registry=r,
+        )
         self.pending = Gauge("phalanx_pending_workloads", "Workloads waiting to be placed", registry=r)
         self.binds = Counter("phalanx_binds_total", "Pods bound", registry=r)
         self.evictions = Counter("phalanx_evictions_total", "Pods evicted", registry=r)

@@ -1,0 +1,199 @@
+"""Pods recorded into the snapshot node by node, and the snapshot carried from one cycle to the next.
+
+A cycle used to build a fresh snapshot and record every bound pod into it, so its cost grew with
+the cluster, not with what changed (issue 25). Now the scheduler keeps its last snapshot (`Carry`)
+and records anew only the nodes whose pods changed; workloads whose pods did not change keep their
+entry. There is still one source of truth, the snapshot itself: what a node holds is compared with
+what was recorded there (allocation by allocation, so binds and evictions a cycle made, or a
+what-if left behind, make the node record anew), and whenever the nodes, the queues, the datasets
+or the DRA objects change the snapshot is built from scratch. Nodes are independent in the
+snapshot, so recording a node anew gives what a fresh snapshot would have (tests/test_carry.py
+builds both after random event sequences and compares them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phalanx.core.decisions import Bind
+from phalanx.core.devices import default_assignment
+from phalanx.core.errors import SpecError
+from phalanx.core.feasibility import find_candidates
+from phalanx.core.model import MILLI, GpuKind, Workload
+from phalanx.core.snapshot import Allocation, ForeignUsage, Snapshot
+from phalanx.k8s.read.devices import decode
+from phalanx.k8s.read.pods import PodInfo
+
+# one of our pods to record on a node, and another scheduler's pod there with the GPUs it should
+# get first and when it ends (a pod being deleted)
+Foreign = tuple[PodInfo, tuple[int, ...], float | None]
+
+
+@dataclass
+class NodeRecord:
+    """What a node was recorded from, and what the snapshot held there right after."""
+
+    sig: tuple[object, ...]
+    allocs: tuple[Allocation, ...]
+    foreign: int
+    outcomes: tuple[Bind | None, ...]  # per pod of ours, in order: its Bind, or None if it did not fit
+
+
+@dataclass
+class Carry:
+    """The snapshot a cycle leaves for the next, with what it was built from."""
+
+    snap: Snapshot | None = None
+    base: tuple[object, ...] | None = None
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    workloads: dict[str, tuple[tuple[object, ...], Workload]] = field(default_factory=dict)
+    rebuilt: int = 0  # cycles that built the snapshot from scratch
+    recorded: int = 0  # nodes recorded anew in the last cycle
+
+    def start(self, base: tuple[object, ...], make: Callable[[], Snapshot]) -> tuple[Snapshot, bool]:
+        """The carried snapshot if `base` (nodes, queues, datasets) is what it was built from, else a new
+        one (and whether it was kept)."""
+        if self.snap is not None and self.base is not None and _same(self.base, base):
+            return self.snap, True
+        self.snap, self.base, self.nodes = make(), base, {}
+        self.rebuilt += 1
+        return self.snap, False
+
+    def drop(self) -> None:
+        """Forget the snapshot: the next cycle builds from scratch (a cycle failed, leadership moved)."""
+        self.snap, self.base, self.nodes = None, None, {}
+
+    def workload(self, name: str, key: tuple[object, ...], make: Callable[[], Workload]) -> Workload:
+        """The same Workload object as last cycle while its inputs are equal, so its entry is kept."""
+        hit = self.workloads.get(name)
+        if hit is not None and _same(hit[0], key):
+            return hit[1]
+        wl = make()
+        self.workloads[name] = (key, wl)
+        return wl
+
+    def forget_workloads_except(self, alive: Iterable[str]) -> None:
+        keep = set(alive)
+        for name in [n for n in self.workloads if n not in keep]:
+            del self.workloads[name]
+
+
+def _same(a: object, b: object) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a value that does not compare (an array inside): treat as changed
+        return False
+
+
+def prune(snap: Snapshot, wanted: dict[str, Workload]) -> None:
+    """Forget the workloads this cycle does not have (or has anew); what they hold is released. The
+    driver's memory of evictions (handed to the snapshot last cycle) is not the snapshot's to forget."""
+    snap.evicted_for = {}
+    for name, entry in list(snap.workloads.items()):
+        if wanted.get(name) is not entry.workload:
+            snap.remove_workload(name)
+
+
+def reset_cycle_state(snap: Snapshot) -> None:
+    """What a fresh snapshot starts each cycle with: every workload not looked at yet, none parked."""
+    for entry in snap.workloads.values():
+        entry.parked_epoch = -1
+        entry.last_pending = None
+        entry.attained = 0.0
+        entry.executed = 0.0
+    snap.fresh = set(snap.workloads)
+    snap.evicted_for = {}  # the driver's memory of evictions, handed over each cycle
+
+
+def record_nodes(
+    snap: Snapshot,
+    carry: Carry | None,
+    ours: dict[str, list[PodInfo]],
+    others: dict[str, list[Foreign]],
+    reserved: dict[str, list[Foreign]],
+    now: float,
+) -> dict[str, Bind | None]:
+    """Record each node's pods as a fresh snapshot would (ours first; then other schedulers' and
+    blocked gangs' pods, ours that do not fit, and GPU reservation pods), keeping the nodes whose pods
+    and snapshot state did not change. Returns each of our pods' outcome: its Bind, or None when it
+    does not fit where it runs (then it counts as another scheduler's there)."""
+    out: dict[str, Bind | None] = {}
+    records = carry.nodes if carry is not None else {}
+    recorded = 0
+    for i, name in enumerate(n.name for n in snap.cluster.nodes):
+        mine, theirs, held = ours.get(name, []), others.get(name, []), reserved.get(name, [])
+        rec = records.get(name)
+        sig = (tuple(mine), tuple(theirs), tuple(held))
+        if rec is not None and _unchanged(snap, i, rec, sig):
+            out.update(zip((p.key for p in mine), rec.outcomes, strict=True))
+            continue
+        if rec is None and not (mine or theirs or held or snap.on_node[i] or snap.foreign_on[i]):
+            continue
+        recorded += 1
+        snap.clear_node(i)
+        outcomes = tuple(_rebuild(snap, p, name, now) for p in mine)
+        failed = [(p, (), None) for p, b in zip(mine, outcomes, strict=True) if b is None and p.node]
+        for p, prefer, ends in [*theirs, *failed, *held]:
+            _foreign(snap, p, prefer, ends)
+        out.update(zip((p.key for p in mine), outcomes, strict=True))
+        if carry is not None:
+            records[name] = NodeRecord(
+                sig, tuple(snap.on_node[i].values()), len(snap.foreign_on[i]), outcomes
+            )
+    if carry is not None:
+        carry.recorded = recorded
+    return out
+
+
+def _unchanged(snap: Snapshot, i: int, rec: NodeRecord, sig: tuple[object, ...]) -> bool:
+    held = snap.on_node[i]
+    if len(held) != len(rec.allocs) or len(snap.foreign_on[i]) != rec.foreign:
+        return False
+    if any(held.get(a.task.name) is not a for a in rec.allocs):
+        return False
+    return _same(rec.sig, sig)
+
+
+def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
+    """Record our pod on `node` with the devices its annotations name (or any that fit); None if it cannot."""
+    entry = snap.entry_of_task(p.key)
+    since = p.started or p.created or now
+    try:
+        b = decode(p.annotations, p.key, entry.name, node)
+        if b.gpus or p.request.gpu.kind is GpuKind.NONE:
+            snap.bind_existing(p.key, node, snap.assignment_of(b), since=since)
+            return b
+    except (SpecError, AssertionError, ValueError):
+        pass
+    if not p.node:
+        return None  # a plan that no longer holds is dropped, never re-chosen behind the core's back
+    i = snap.node_index(node)
+    mask = np.zeros(len(snap.cluster), dtype=np.bool_)
+    mask[i] = True
+    cand = find_candidates(snap, p.request, mask)
+    if not len(cand):
+        return None
+    devices = default_assignment(snap.cluster, i, cand.usable(0), p.request)
+    if devices is None:
+        return None
+    snap.bind_existing(p.key, node, devices, since=since)
+    return snap.bind_of(snap.allocations[p.key])
+
+
+def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: float | None = None) -> None:
+    """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free."""
+    i = snap.node_index(p.node)
+    c = snap.cluster
+    g = p.request.gpu
+    want = g.devices if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION, GpuKind.MEMORY) else 0
+    milli = g.milli if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION) else MILLI
+    free = [j for j in range(int(c.gpu_count[i])) if c.gpu_milli_free[i, j] >= milli]
+    named = [j for j in free if snap.nodes[i].gpus[j].index in prefer]
+    free = named + [j for j in free if j not in named]
+    gpus = tuple(snap.nodes[i].gpus[j].index for j in free[:want])
+    cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
+    mem = min(p.request.memory_mib, int(c.mem_free[i]))
+    snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI, p.key, ends))
