@@ -1,8 +1,9 @@
 """Per-node and per-device free capacity as numpy arrays (struct of arrays).
 
 Filtering and scoring thousands of nodes are vector operations over these arrays;
-only `take`/`give` mutate them, one node at a time, and each mutation stamps the
-node's version so that caches keyed by node state know when to refresh.
+only `take`/`give` (and `set_ready`) mutate them, one node at a time, and each mutation
+stamps the node's version and logs the node, so that caches keyed by node state know
+what to refresh.
 """
 
 from __future__ import annotations
@@ -127,13 +128,20 @@ class ClusterState:
         self.homogeneous = bool(((self.gpu_model == self.node_model[:, None]) | ~present).all())
         self.gpu_free_total = np.zeros(n, dtype=np.int64)
         self.gpu_whole_free = np.zeros(n, dtype=np.int64)
+        self.whole_free_sum = 0  # gpu_whole_free.sum(), kept by _refresh (the whole-GPU guard asks often)
+        self.shared_sum = int(self.shared_count.sum())
         # largest share one GPU can still give, by compute and by memory (see fraction_cap)
         self.gpu_frac_cap = np.zeros((n, g), dtype=np.int64)
         self.gpu_frac_max = np.zeros(n, dtype=np.int64)
-        self._shared_pos = [np.nonzero(self.gpu_kind[i] == KIND_SHARED)[0].tolist() for i in range(n)]
+        self.shared_pos = [np.nonzero(self.gpu_kind[i] == KIND_SHARED)[0].tolist() for i in range(n)]
         self._mem_cap_rows = self.gpu_mem_cap.tolist()
+        # nodes in the order they changed, for caches that refresh only what changed (`changed_since`)
+        self.log: list[int] = []
+        self.log_epoch = 0
+        self._log_cap = 4 * n + 64
         for i in range(n):
             self._refresh(i)
+        self.log.clear()
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -153,7 +161,7 @@ class ClusterState:
         cap = self._mem_cap_rows[i]
         total = whole = fmax = 0
         frac = [0] * self.max_gpus
-        for j in self._shared_pos[i]:
+        for j in self.shared_pos[i]:
             f = free[j]
             total += f
             if f == MILLI and mem_free[j] == cap[j]:
@@ -164,11 +172,33 @@ class ClusterState:
             if fc > fmax:
                 fmax = fc
         self.gpu_free_total[i] = total
+        self.whole_free_sum += whole - int(self.gpu_whole_free[i])
         self.gpu_whole_free[i] = whole
         self.gpu_frac_cap[i] = frac
         self.gpu_frac_max[i] = fmax
+        self._touch(i)
+
+    def _touch(self, i: int) -> None:
+        """Stamp node i's version and log it (every change to a node goes through here)."""
         self._stamp += 1
         self.node_version[i] = self._stamp
+        if len(self.log) >= self._log_cap:  # bounded: readers behind a reset scan the versions
+            self.log.clear()
+            self.log_epoch += 1
+        self.log.append(i)
+
+    def mark(self) -> tuple[int, int, int]:
+        """Where the change log stands now: (stamp, epoch, position)."""
+        return (self._stamp, self.log_epoch, len(self.log))
+
+    def changed_since(self, mark: tuple[int, int, int]) -> list[int]:
+        """Nodes changed since `mark`, in index order (from the log, else from the versions)."""
+        stamp, epoch, pos = mark
+        if stamp == self._stamp:
+            return []
+        if epoch == self.log_epoch:
+            return sorted(set(self.log[pos:]))
+        return [int(i) for i in np.nonzero(self.node_version > stamp)[0]]
 
     def take(self, i: int, cpu: int, mem: int, a: DeviceAssignment) -> None:
         """Charge a task's resources to node `i` (the caller checked that they fit)."""
@@ -204,8 +234,7 @@ class ClusterState:
 
     def set_ready(self, i: int, ready: bool) -> None:
         self.node_ready[i] = ready
-        self._stamp += 1
-        self.node_version[i] = self._stamp
+        self._touch(i)
 
     def gpu_index(self, i: int, j: int) -> int:
         """The device index a node reports for GPU array position `j`."""
@@ -227,3 +256,4 @@ class ClusterState:
         assert (self.gpu_milli_free <= MILLI).all(), "GPU milli above total"
         assert (self.mig_compute <= 7).all(), "MIG compute over capacity"
         assert (self.mig_used < 256).all(), "MIG slots out of range"
+        assert self.whole_free_sum == int(self.gpu_whole_free.sum()), "whole-GPU total out of step"

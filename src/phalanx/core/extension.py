@@ -3,6 +3,7 @@
 - WorkloadOrder: lexicographic, in profile order; ties end with (creation time, name).
 - NodeFilter: intersection (a node survives only if every filter keeps it).
 - NodeScorer: weighted sum of scores over the candidate nodes.
+- ClassKeyed (optional on a filter or scorer): what its answer depends on besides node state.
 - DeviceSelector: the profile names one; the default picks topology-aware / best-fit devices.
 - GangPlanner: the profile names one; it proposes node sets (topology domains) to try in order.
 - AdmissionCheck: first rejection wins (quota limits, borrowing, lending, non-preemptible in quota).
@@ -13,9 +14,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,20 @@ class NodeScorer(Protocol):
     def score(self, ctx: PlacementContext) -> FloatArray:
         """One score per candidate node; higher is better."""
         ...
+
+
+@runtime_checkable
+class ClassKeyed(Protocol):
+    """A filter or scorer whose answer on a node depends only on that node's state and a key.
+
+    `class_key` returns a hashable value such that two tasks with the same effective request
+    and the same key get the same verdict (or score) on a node whose state did not change; or
+    None when the answer depends on more (other nodes, the task's own placed gang members).
+    Tasks alike then share one feasibility and scoring pass (`phalanx.core.classes`); a plugin
+    without this method makes every placement take the full pass.
+    """
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None: ...
 
 
 class DeviceSelector(Protocol):

@@ -73,30 +73,35 @@ class Candidates:
         return out
 
 
-def _prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
+ALL = slice(None)
+Rows = IntArray | slice
+
+
+def _prefilter(s: Snapshot, req: TaskRequest, rows: Rows = ALL) -> BoolArray:
+    """Aggregate checks over the nodes `rows` (all by default): one entry per row."""
     c = s.cluster
-    m = c.node_ready & (c.cpu_free >= req.cpu_milli) & (c.mem_free >= req.memory_mib)
+    m = c.node_ready[rows] & (c.cpu_free[rows] >= req.cpu_milli) & (c.mem_free[rows] >= req.memory_mib)
     if req.node_selector or req.node_affinity or s.has_taints:
-        m &= s.static_mask(req)
+        m &= s.static_mask(req)[rows]
     g = req.gpu
     if s.has_dra and g.kind is not GpuKind.NONE:
-        m &= ~s.dra_gpu_nodes
+        m &= ~s.dra_gpu_nodes[rows]
     if g.kind is GpuKind.WHOLE:
-        m &= c.gpu_whole_free >= g.devices
+        m &= c.gpu_whole_free[rows] >= g.devices
     elif g.kind is GpuKind.FRACTION:
-        m &= c.gpu_free_total >= g.milli * g.devices
+        m &= c.gpu_free_total[rows] >= g.milli * g.devices
     elif g.kind is GpuKind.MEMORY:
-        m &= c.shared_count >= g.devices
+        m &= c.shared_count[rows] >= g.devices
     elif g.kind is GpuKind.MIG:
-        m &= (c.gpu_kind == KIND_MIG).any(axis=1)
+        m &= (c.gpu_kind[rows] == KIND_MIG).any(axis=1)
     if req.rdma_nics:
-        m &= c.nic_free.sum(axis=1) >= req.rdma_nics
+        m &= c.nic_free[rows].sum(axis=1) >= req.rdma_nics
     return m
 
 
-def _node_models_ok(c: ClusterState, models: frozenset[str]) -> BoolArray:
+def _node_models_ok(c: ClusterState, models: frozenset[str], rows: Rows = ALL) -> BoolArray:
     ids = [c.model_id[m] for m in models if m in c.model_id]
-    return np.asarray(np.isin(c.node_model, ids), dtype=np.bool_)
+    return np.asarray(np.isin(c.node_model[rows], ids), dtype=np.bool_)
 
 
 def _dra_prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
@@ -114,12 +119,15 @@ def _dra_prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
     return np.asarray(m, dtype=np.bool_)
 
 
-def find_candidates(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> Candidates:
-    """All nodes (optionally within `restrict`) where the task fits now.
+def find_candidates(
+    s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None, within: IntArray | None = None
+) -> Candidates:
+    """All nodes where the task fits now, optionally within `restrict` (a mask) or `within` (sorted indices).
 
     Whole GPUs and single shares are decided from per-node aggregates when every node's
     GPUs are of one model; other requests check GPU by GPU. A task with DRA claims is
     checked by the claim allocator on each node (cached until that node's devices change).
+    Every check is per node, so the nodes `within` get the verdicts a pass over all would give.
     """
     if req.claims:
         m = _dra_prefilter(s, req)
@@ -128,18 +136,19 @@ def find_candidates(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = 
         rows = np.nonzero(m)[0]
         ok, _ = drafit.feasible(s, req, rows)
         return Candidates(s.cluster, req, rows[ok])
-    m = _prefilter(s, req)
+    sel: Rows = ALL if within is None else within
+    m = _prefilter(s, req, sel)
     if restrict is not None:
-        m &= restrict
+        m &= restrict[sel]
     c = s.cluster
     g = req.gpu
     fast = c.homogeneous and (g.kind is GpuKind.WHOLE or (g.kind is GpuKind.FRACTION and g.devices == 1))
     if fast:
         if g.kind is GpuKind.FRACTION:
-            m &= c.gpu_frac_max >= g.milli
+            m &= c.gpu_frac_max[sel] >= g.milli
         if req.gpu_models:
-            m &= _node_models_ok(c, req.gpu_models)
-    rows = np.nonzero(m)[0]
+            m &= _node_models_ok(c, req.gpu_models, sel)
+    rows = np.nonzero(m)[0] if within is None else within[m]
     if g.kind is GpuKind.NONE or fast:
         cand = Candidates(c, req, rows)
     else:

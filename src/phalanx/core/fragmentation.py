@@ -110,6 +110,7 @@ class NodeSignatures:
         n = len(cluster)
         self.sig = np.full(n, -1, dtype=np.int64)
         self.seen = np.full(n, -1, dtype=np.int64)
+        self.mark = (-1, -1, 0)
         self._ids: dict[tuple[int, ...], int] = {}
         self.cpu: list[int] = []
         self.model: list[int] = []
@@ -118,10 +119,15 @@ class NodeSignatures:
 
     def refresh(self) -> IntArray:
         c = self.cluster
-        stale = np.nonzero(self.seen != c.node_version)[0]
+        if c._stamp == self.mark[0]:  # no node changed since the last refresh
+            return self.sig
+        # the nodes whose version moved since, in index order (as a scan of the versions finds them)
+        stale = c.changed_since(self.mark) if self.mark[0] >= 0 else range(len(self.seen))
+        self.mark = c.mark()
+        pos = c.shared_pos
         for i in stale:
-            free = c.gpu_milli_free[i][self.shared[i]]
-            key = (int(c.cpu_free[i]), int(c.node_model[i]), *sorted(int(x) for x in free))
+            row = c.gpu_milli_free[i].tolist()
+            key = (int(c.cpu_free[i]), int(c.node_model[i]), *sorted([row[j] for j in pos[i]]))
             sid = self._ids.get(key)
             if sid is None:
                 sid = len(self._ids)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from phalanx.core import drafit
+from phalanx.core.classes import PlacementClass, PlacementClasses
 from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import CycleResult, Hold, Pending, Reason
 from phalanx.core.devices import default_assignment
@@ -27,9 +28,9 @@ from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Reservation:
-    """Nodes earmarked for a waiting gang, and when it is expected to fit there."""
+    """Nodes earmarked for a waiting gang, and when it is expected to fit there (equal only to itself)."""
 
     workload: str
     nodes: BoolArray
@@ -54,6 +55,7 @@ class Session:
         self.reservation: Reservation | None = None
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
         self.memo: dict[object, object] = {}
+        self._classes: PlacementClasses | None = None
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
@@ -200,7 +202,10 @@ class Session:
 
     def candidates(self, task: Task, restrict: BoolArray | None = None) -> PlacementContext:
         req = self.effective(task.request)
-        cand = find_candidates(self.snapshot, req, restrict)
+        if restrict is not None and not req.claims:  # check the domain's nodes only: the same verdicts
+            cand = find_candidates(self.snapshot, req, within=np.nonzero(restrict)[0])
+        else:
+            cand = find_candidates(self.snapshot, req, restrict)
         ctx = PlacementContext(self, task, req, cand)
         for f in self.profile.filters:
             if not len(ctx.candidates):
@@ -234,7 +239,20 @@ class Session:
         return int(ties[self.rng.integers(len(ties))])
 
     def place(self, task: Task, stmt: Statement, restrict: BoolArray | None = None) -> Allocation | None:
-        """Choose a node and devices for one task and apply it through `stmt`."""
+        """Choose a node and devices for one task and apply it through `stmt`.
+
+        Tasks of one class (`phalanx.core.classes`) share their feasibility and scoring pass;
+        the others, and any the class cannot decide, take the full pass below.
+        """
+        if restrict is None:
+            if self._classes is None:
+                self._classes = PlacementClasses(self)
+            req = self.effective(task.request)
+            cls = self._classes.lookup(task, req)
+            if cls is not None:
+                placed = self._place_class(cls, task, req, stmt)
+                if placed is not False:
+                    return placed
         ctx = self.candidates(task, restrict)
         n = len(ctx.candidates)
         if n == 0:
@@ -265,6 +283,32 @@ class Session:
             stmt.allocate(alloc)
             return alloc
         return None
+
+    def _place_class(
+        self, cls: PlacementClass, task: Task, req: TaskRequest, stmt: Statement
+    ) -> Allocation | Literal[False] | None:
+        """`place` for a task of class `cls`; False when the full pass must decide (a best score of -inf)."""
+        classes = self._classes
+        assert classes is not None
+        selector = self.profile.device_selector
+        skip: set[int] = set()
+        while True:
+            i = classes.best(cls, skip)
+            if i is None:
+                return None
+            if i < 0:
+                return False
+            ctx = classes.candidate(cls, task, i)
+            if selector is not None:
+                devices = selector.select(ctx, 0)
+            else:
+                devices = default_assignment(self.snapshot.cluster, i, ctx.candidates.usable(0), req)
+            if devices is None:
+                skip.add(i)
+                continue
+            alloc = Allocation(task, i, devices, req.cpu_milli, req.memory_mib, self.clock, ())
+            stmt.allocate(alloc)
+            return alloc
 
     def why_not(self, task: Task, restrict: BoolArray | None = None) -> list[Reason]:
         ctx_req = self.effective(task.request)

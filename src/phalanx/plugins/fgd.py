@@ -9,6 +9,7 @@ reduces it most. With `quantize` (the artifact's behaviour) the score is
 from __future__ import annotations
 
 import weakref
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ from phalanx.core.cluster import ClusterState, DeviceAssignment
 from phalanx.core.devices import charge, default_assignment
 from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable, task_types_of
-from phalanx.core.model import MILLI, GpuKind, TaskRequest
+from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 
 
@@ -67,6 +68,7 @@ class _Cache:
     index: FragmentationIndex
     token: tuple[str, int] = ("", -1)
     memo: dict[tuple[int, int, int, frozenset[str]], FloatArray] = field(default_factory=dict)
+    choices: dict[tuple[object, ...], int] = field(default_factory=dict)  # select's GPU by node state
 
 
 class FgdScorer:
@@ -77,6 +79,11 @@ class FgdScorer:
     def __init__(self, quantize: bool = True) -> None:
         self.quantize = quantize
         self._cache: _Cache | None = None
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable:
+        """A node's score depends on its state (by signature) and on the task-type table."""
+        s = session.snapshot
+        return ("given", id(s.task_types)) if s.task_types is not None else ("observed", s.types_version)
 
     def index(self, session: Session) -> _Cache:
         s = session.snapshot
@@ -160,17 +167,44 @@ class FgdScorer:
         shared = cache.index.sigs.shared[i]
         free_all = c.gpu_milli_free[i]
         cpu_after = int(c.cpu_free[i]) - req.cpu_milli
+        # the choice is a function of these alone (and of the table, which the cache holds)
+        key = (
+            float(frag_now),
+            cpu_after,
+            int(c.node_model[i]),
+            tuple(free_all.tolist()),
+            shared.tobytes(),
+            tuple(gpus),
+            g.milli,
+        )
+        hit = cache.choices.get(key)
+        if hit is None:
+            hit = self._choose(
+                cache, frag_now, gpus, shared, free_all, cpu_after, int(c.node_model[i]), g.milli
+            )
+            cache.choices[key] = hit
+        return charge(c, i, [hit], g)
+
+    def _choose(
+        self,
+        cache: _Cache,
+        frag_now: float,
+        gpus: list[int],
+        shared: np.ndarray,
+        free_all: np.ndarray,
+        cpu_after: int,
+        model: int,
+        milli: int,
+    ) -> int:
+        """The GPU of a node whose share lowers its fragmentation most (the first on ties)."""
         rows = np.zeros((len(gpus), cache.index.width), dtype=np.int64)
         for r, j in enumerate(gpus):
             f = free_all.copy()
-            f[j] -= g.milli
+            f[j] -= milli
             vals = sorted(int(x) for x in f[shared])
             rows[r, : len(vals)] = vals
         after = cache.index.table.frag(
-            np.full(len(gpus), cpu_after, dtype=np.int64),
-            rows,
-            np.full(len(gpus), int(c.node_model[i]), dtype=np.int64),
+            np.full(len(gpus), cpu_after, dtype=np.int64), rows, np.full(len(gpus), model, dtype=np.int64)
         )
         q = quantized(frag_now - after, self.quantize)
-        best = gpus[int(np.argmax(q))]  # first GPU index among the best, as the artifact does
-        return charge(c, i, [best], g)
+        return gpus[int(np.argmax(q))]  # first GPU index among the best, as the artifact does

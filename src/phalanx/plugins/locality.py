@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from phalanx.core.extension import FloatArray, PlacementContext
+from phalanx.core.model import Task, TaskRequest
+
+if TYPE_CHECKING:
+    from phalanx.core.session import Session
 
 
 class LocalityScorer:
     name = "locality"
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
+        """Without a dataset every node scores 0; with one the cached bytes may change (full pass)."""
+        return None if request.dataset else ()
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         ds = ctx.request.dataset

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
 from phalanx.core.extension import PlacementContext
+from phalanx.core.model import Task, TaskRequest
+
+if TYPE_CHECKING:
+    from phalanx.core.session import Reservation, Session
 
 
 class ReservationFilter:
@@ -17,14 +24,25 @@ class ReservationFilter:
     def reason(self) -> str:
         return self._why or "nodes reserved for a large gang"
 
-    def keep(self, ctx: PlacementContext) -> BoolArray:
-        r = ctx.session.reservation
-        n = len(ctx.candidates)
-        if r is None or ctx.task.workload == r.workload:
-            return np.ones(n, dtype=np.bool_)
-        w = ctx.session.snapshot.workloads[ctx.task.workload].workload
+    def applies(self, session: Session, task: Task) -> Reservation | None:
+        """The reservation that keeps this task off its nodes, if any."""
+        r = session.reservation
+        if r is None or task.workload == r.workload:
+            return None
+        w = session.snapshot.workloads[task.workload].workload
         est = w.estimated_runtime
-        if est is not None and ctx.session.clock + est <= r.due:
+        if est is not None and session.clock + est <= r.due:
+            return None
+        return r
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable:
+        """Off, or on with this reservation (compared by identity): then a node is in it or not."""
+        return self.applies(session, task) or ()
+
+    def keep(self, ctx: PlacementContext) -> BoolArray:
+        r = self.applies(ctx.session, ctx.task)
+        n = len(ctx.candidates)
+        if r is None:
             return np.ones(n, dtype=np.bool_)
         self._why = f"nodes reserved for {r.workload} until t={r.due:g}"
         return np.asarray(~r.nodes[ctx.candidates.nodes], dtype=np.bool_)

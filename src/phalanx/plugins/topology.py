@@ -7,7 +7,7 @@ tightest first (best fit keeps big domains whole for big gangs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 import numpy as np
 
@@ -87,6 +87,11 @@ class GangAffinityScorer:
     """Within a domain, prefer nodes that already run tasks of the same workload."""
 
     name = "gang-affinity"
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
+        """Every node scores 0 until the task's workload has members placed; then the full pass."""
+        entry = session.snapshot.workloads.get(task.workload)
+        return None if entry is not None and entry.bound else ()
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         s = ctx.session.snapshot

@@ -10,12 +10,18 @@ fails). Measured on the openb lists in docs/benchmarks.md.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
 from phalanx.core.extension import PlacementContext
 from phalanx.core.fragmentation import task_types_of
-from phalanx.core.model import MILLI, GpuKind
+from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
+
+if TYPE_CHECKING:
+    from phalanx.core.session import Session
 
 
 class WholeGpuGuard:
@@ -31,8 +37,8 @@ class WholeGpuGuard:
     def reason(self) -> str:
         return "untouched GPUs are kept for whole-GPU tasks (whole-gpu-guard)"
 
-    def whole_share(self, ctx: PlacementContext) -> float:
-        s = ctx.session.snapshot
+    def whole_share(self, session: Session) -> float:
+        s = session.snapshot
         key = (
             id(s.cluster),
             ("given", id(s.task_types)) if s.task_types is not None else ("seen", s.types_version),
@@ -47,14 +53,22 @@ class WholeGpuGuard:
             self._key = key
         return self._share
 
+    def active(self, session: Session, request: TaskRequest) -> bool:
+        """True when this request's shares must go into GPUs already in use (a cluster-wide verdict)."""
+        if request.gpu.kind is not GpuKind.FRACTION or self.beta == 0:
+            return False
+        c = session.snapshot.cluster
+        threshold = self.beta * self.whole_share(session) * c.shared_sum
+        return c.whole_free_sum < threshold
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable:
+        """Once on or off, the verdict on a node depends on that node's GPUs alone."""
+        return self.active(session, request)
+
     def keep(self, ctx: PlacementContext) -> BoolArray:
         n = len(ctx.candidates)
-        g = ctx.request.gpu
-        if g.kind is not GpuKind.FRACTION or self.beta == 0:
+        if not self.active(ctx.session, ctx.request):
             return np.ones(n, dtype=np.bool_)
         c = ctx.session.snapshot.cluster
-        threshold = self.beta * self.whole_share(ctx) * int(c.shared_count.sum())
-        if int(c.gpu_whole_free.sum()) >= threshold:
-            return np.ones(n, dtype=np.bool_)
         rows = ctx.candidates.nodes
         return ctx.candidates.narrow_all(c.gpu_milli_free[rows] < MILLI)

@@ -1,0 +1,197 @@
+"""Placement by class: tasks alike share one feasibility and scoring pass per cycle.
+
+A class is a task's effective request plus every filter's and weighted scorer's `class_key`
+(see `phalanx.core.extension.ClassKeyed`). For each class the session keeps, for every node,
+whether it passes the checks and filters, its usable GPUs and its total score, and refreshes
+only the nodes whose version changed since (a placement, a rollback or an eviction on node i
+stamps node i; nothing else changes a node within a cycle). The best node comes from a heap
+ordered as `Session.pick` orders with tie_break `name`: the highest score, then the node first
+in `node_rank`; entries that no longer match their node's current score are dropped as they
+surface. The answer is the one the full pass would give, by construction: every check, filter
+and scorer that takes part is evaluated per node by the same code, on the same node state.
+
+A plugin without `class_key`, or one whose `class_key` is None for this task (gang-affinity
+once a gang has members placed, locality for a task with a dataset), a task with DRA claims,
+a random tie-break, and a score that is not a number send the placement down the full pass.
+A class is built at its second use in a cycle: a request seen once costs what it did.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from phalanx.core.cluster import IntArray
+from phalanx.core.extension import ClassKeyed, PlacementContext
+from phalanx.core.feasibility import Candidates, find_candidates
+from phalanx.core.model import Task, TaskRequest
+
+if TYPE_CHECKING:
+    from phalanx.core.session import Session
+
+ClassKey = tuple[object, ...]
+
+
+class PlacementClass:
+    """Feasibility, usable GPUs and scores of one class on every node, as of `mark`."""
+
+    __slots__ = ("heap", "mark", "ok", "request", "score", "usable")
+
+    def __init__(self, request: TaskRequest, n: int, g: int) -> None:
+        self.request = request
+        self.ok = np.zeros(n, dtype=np.bool_)
+        self.score = np.zeros(n, dtype=np.float64)
+        self.usable = np.zeros((n, g), dtype=np.bool_)
+        self.heap: list[tuple[float, int]] = []  # (-score, node rank)
+        self.mark = (-1, -1, 0)  # the cluster's change log when last brought up to date
+
+
+class PlacementClasses:
+    """The classes of one session (one cycle)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        p = session.profile
+        self.filters = list(p.filters)
+        self.scorers = [s for s, w in p.scorers if w]
+        plugins: list[object] = [*self.filters, *self.scorers]
+        self.keyed: list[ClassKeyed] = [x for x in plugins if isinstance(x, ClassKeyed)]
+        self.enabled = p.tie_break == "name" and len(self.keyed) == len(plugins)
+        self.classes: dict[ClassKey, PlacementClass] = {}
+        self.seen: set[ClassKey] = set()
+        self.broken: set[ClassKey] = set()
+        c = session.snapshot.cluster
+        rank = session.snapshot.node_rank
+        self.node_of_rank = np.empty(len(rank), dtype=np.int64)
+        self.node_of_rank[rank] = np.arange(len(rank), dtype=np.int64)
+        self.rank_list: list[int] = rank.tolist()
+        self.n = len(c)
+        self.g = c.max_gpus
+
+    def key(self, task: Task, req: TaskRequest) -> ClassKey | None:
+        """The task's class, or None when some plugin's answer depends on more than node state."""
+        if req.claims:
+            return None
+        parts: list[object] = [req.shape_key]
+        s = self.session
+        for plugin in self.keyed:
+            k = plugin.class_key(s, task, req)
+            if k is None:
+                return None
+            parts.append(k)
+        return tuple(parts)
+
+    def lookup(self, task: Task, req: TaskRequest) -> PlacementClass | None:
+        """The task's class brought up to date, or None to take the full pass."""
+        if not self.enabled:
+            return None
+        key = self.key(task, req)
+        if key is None or key in self.broken:
+            return None
+        cls = self.classes.get(key)
+        if cls is None:
+            if key not in self.seen:
+                self.seen.add(key)
+                return None
+            cls = PlacementClass(req, self.n, self.g)
+            self.classes[key] = cls
+        if not self.sync(cls, task):
+            del self.classes[key]  # a score that is not a number: this class takes the full pass
+            self.broken.add(key)
+            return None
+        return cls
+
+    def sync(self, cls: PlacementClass, task: Task) -> bool:
+        """Recompute the nodes changed since the class was last brought up to date.
+
+        The scorers are called once per placement that has candidates, as the full pass calls
+        them (over no nodes when none changed): a scorer that refreshes state lazily (FGD's node
+        signatures) sees the same sequence of calls, so what it memoises, and in which batches
+        it computes it, stays the same.
+        """
+        c = self.session.snapshot.cluster
+        if c._stamp == cls.mark[0]:
+            self.touch(cls, task)
+            return True
+        full = cls.mark[0] < 0
+        rows: IntArray = (
+            np.arange(self.n, dtype=np.int64) if full else np.array(c.changed_since(cls.mark), dtype=np.int64)
+        )
+        cls.mark = c.mark()
+        ctx = self.context(
+            task, cls.request, find_candidates(self.session.snapshot, cls.request, within=rows)
+        )
+        cls.ok[rows] = False
+        kept = ctx.candidates.nodes
+        if not len(kept):
+            self.touch(cls, task)
+            return True
+        scores = self.session.scores(ctx)
+        if np.isnan(scores).any():
+            return False
+        cls.ok[kept] = True
+        cls.score[kept] = scores
+        cls.usable[kept] = ctx.candidates.usable_all()
+        entries = zip((-scores).tolist(), [self.rank_list[i] for i in kept.tolist()], strict=True)
+        if full:
+            cls.heap = list(entries)
+            heapq.heapify(cls.heap)
+        else:
+            for e in entries:
+                heapq.heappush(cls.heap, e)
+            if len(cls.heap) > 4 * self.n:  # compact: one entry per feasible node
+                live = np.nonzero(cls.ok)[0]
+                cls.heap = list(
+                    zip((-cls.score[live]).tolist(), [self.rank_list[i] for i in live], strict=True)
+                )
+                heapq.heapify(cls.heap)
+        return True
+
+    def touch(self, cls: PlacementClass, task: Task) -> None:
+        """Call the scorers over no nodes if the class has candidates (see `sync`)."""
+        if self.scorers and cls.ok.any():
+            none = Candidates(self.session.snapshot.cluster, cls.request, np.zeros(0, dtype=np.int64))
+            self.session.scores(PlacementContext(self.session, task, cls.request, none))
+
+    def context(self, task: Task, req: TaskRequest, cand: Candidates) -> PlacementContext:
+        """The profile's filters over `cand`, as `Session.candidates` applies them."""
+        ctx = PlacementContext(self.session, task, req, cand)
+        for f in self.filters:
+            if not len(ctx.candidates):
+                break
+            keep = f.keep(ctx)
+            if not keep.all():
+                ctx = PlacementContext(self.session, task, req, ctx.candidates.subset(keep))
+        return ctx
+
+    def best(self, cls: PlacementClass, skip: set[int]) -> int | None:
+        """The best node of the class not in `skip` (highest score, then node rank), or None.
+
+        A node whose best score is -inf, or none at all, returns -1: the full pass decides then.
+        """
+        heap = cls.heap
+        ok, score = cls.ok, cls.score
+        held: list[tuple[float, int]] = []
+        out: int | None = None
+        while heap:
+            neg, r = heap[0]
+            i = int(self.node_of_rank[r])
+            if not ok[i] or score[i] != -neg:
+                heapq.heappop(heap)
+                continue
+            if i in skip:
+                held.append(heapq.heappop(heap))
+                continue
+            out = i if neg != np.inf else -1
+            break
+        for e in held:
+            heapq.heappush(heap, e)
+        return out
+
+    def candidate(self, cls: PlacementClass, task: Task, i: int) -> PlacementContext:
+        """A context holding node i alone, with the class's usable GPUs on it (for device selection)."""
+        c = self.session.snapshot.cluster
+        cand = Candidates(c, cls.request, np.array([i], dtype=np.int64), cls.usable[i : i + 1].copy())
+        return PlacementContext(self.session, task, cls.request, cand)
