@@ -124,13 +124,20 @@ def test_attained_service_and_fair_share_history_survive_a_restart(kube: Kube) -
         (wb,) = [w for w in s1.service._running if w.endswith("/b")]
         # b ran 10 GPU-hours before it was preempted (an earlier run that the pods no longer show)
         s1.service.served[wb] = 36000.0
+        # and a was evicted once for a preemptor shaped like b: the repeat guard remembers it
+        snap = s1.carry.snap
+        assert snap is not None
+        s1.evicted_for[wa] = {snap.workloads[wb].demand_key: 1.8e9}
 
         def saved() -> Any:
             cm = kube.get(CONFIG_MAPS, CONFIGMAP, ns)
             d = json.loads(cm["data"][KEY]) if cm else {}
             return (
                 d
-                if wb in d.get("served", {}) and len(d.get("running", {})) == 2 and d.get("history")
+                if wb in d.get("served", {})
+                and len(d.get("running", {})) == 2
+                and d.get("history")
+                and wa in d.get("evictions", {})
                 else None
             )
 
@@ -152,3 +159,6 @@ def test_attained_service_and_fair_share_history_survive_a_restart(kube: Kube) -
         assert set(hist) == set(before["history"])
         for q, v in before["history"].items():
             assert hist[q].tolist() == pytest.approx(v, rel=1e-3)
+        snap2 = s2.carry.snap
+        assert snap2 is not None
+        assert s2.evicted_for.get(wa) == {snap2.workloads[wb].demand_key: 1.8e9}  # read back by shape

@@ -32,3 +32,51 @@ def test_a_preempted_workload_keeps_the_service_of_its_earlier_runs():
     assert s4.workloads["w"].attained == 7800.0
     svc.apply(world(running=False, present=False))  # deleted: forgotten
     assert "w" not in svc.served
+
+
+def test_the_repeat_guards_memory_is_saved_and_read_back_by_shape():
+    """A new leader knows who was evicted for which preemptor shape (issue 26): the memory is saved as
+    digests and read back into demand keys once a workload of that shape is in the snapshot."""
+    import json
+
+    from phalanx.k8s.loop.repeat_memory import KEEP_S, from_saved, restore, to_saved
+
+    sc = Scenario([make_node("n").gpus(4).build()])
+    sc.add(make_workload("victim").podset("p", gpu=2).build())
+    sc.add(make_workload("preemptor").podset("p", gpu=4, models="H100").build())
+    shape = sc.snapshot.workloads["preemptor"].demand_key
+    memory = {"victim": {shape: 1000.0}}
+    saved = json.loads(json.dumps(to_saved(memory, {}, now=1000.0)))  # as the ConfigMap holds it
+    svc = AttainedService()
+    svc.load({"evictions": saved})
+    pending = dict(svc.evictions)
+    back: dict = {}
+    restore(back, pending, sc.snapshot)
+    assert back == {"victim": {shape: 1000.0}} and pending == {}
+    # a shape no workload has now waits, and is forgotten after KEEP_S
+    other = {"gone": {"0" * 32: 1000.0}}
+    restore(back, other, sc.snapshot)
+    assert other == {"gone": {"0" * 32: 1000.0}}
+    assert to_saved({}, other, now=1000.0 + KEEP_S / 2) == other
+    assert to_saved({}, other, now=1000.0 + KEEP_S) == {}
+    assert from_saved({"w": {"s": "x", "t": float("nan")}, "v": 3}) == {}  # what does not read is skipped
+
+
+def test_a_shapes_digest_is_the_same_in_every_process():
+    """Sets and hash seeds do not change a digest: a leader in another process reads it back."""
+    import subprocess
+    import sys
+
+    from phalanx.k8s.loop.repeat_memory import digest
+
+    code = (
+        "from phalanx.k8s.loop.repeat_memory import digest;"
+        "print(digest((frozenset({'H100', 'A100', 'L40S'}), 2, ('rack', True), {'b': 1, 'a': 2})))"
+    )
+    here = digest((frozenset({"L40S", "H100", "A100"}), 2, ("rack", True), {"a": 2, "b": 1}))
+    for seed in ("1", "2", "3"):
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == here

@@ -34,6 +34,7 @@ from phalanx.k8s.client.cache import Informers, Store, object_key
 from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.leader import LeaderElector
+from phalanx.k8s.loop.repeat_memory import restore, to_saved
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.contain import label
@@ -76,6 +77,10 @@ class Scheduler:
         self.service_store = ServiceStore(api, cfg.lease_namespace)
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
+        self.restore_due = False  # the repeat guard's saved memory was just read back
+        self.unclaimed: dict[
+            str, dict[str, float]
+        ] = {}  # saved evictions no shape in the snapshot claimed yet
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
@@ -91,8 +96,8 @@ class Scheduler:
         self.translations = Translations()
         self.carry = Carry()  # the snapshot kept from one cycle to the next
         self.audited = time.monotonic()
-        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles
-        # (a fresh snapshot is built each cycle; lost on restart, so a new leader may repeat once)
+        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
+        # saved with the attained service (phalanx.k8s.loop.repeat_memory)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
@@ -198,6 +203,9 @@ class Scheduler:
             self._forget_translations()
             for name in [n for n in self.evicted_for if n not in world.snapshot.workloads]:
                 del self.evicted_for[name]
+        if self.unclaimed and (self.restore_due or self.cycles % 10 == 0):
+            self.restore_due = False
+            restore(self.evicted_for, self.unclaimed, world.snapshot)  # as an earlier leader saved it
         world.snapshot.evicted_for = self.evicted_for
         pod_objects = {
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
@@ -334,15 +342,20 @@ class Scheduler:
         if saved is not None:
             self.service.load(saved)
             log.info(
-                "attained service of %d workload(s) and usage history of %d queue(s) read back",
+                "attained service of %d workload(s), usage history of %d queue(s) and %d workload(s)'"
+                " evictions read back",
                 len(self.service.served) + len(self.service._running),
                 len(self.service.history),
+                len(self.service.evictions),
             )
+        self.restore_due = True
+        self.unclaimed = {w: dict(shapes) for w, shapes in self.service.evictions.items()}
 
     def _save_service(self, now: float) -> None:
         if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
             return
         self.service_saved = now
+        self.service.evictions = to_saved(self.evicted_for, self.unclaimed, now)
         try:
             self.service_store.write(self.service.to_dict())
         except Exception as e:  # not fatal: the next interval tries again

@@ -1,12 +1,13 @@
 """Attained service across runs: what LAS orders by, kept by the scheduler between cycles.
 
-The world is rebuilt from the API every cycle, so it only knows the current run of a workload
+The world is read from the API every cycle, so it only knows the current run of a workload
 (GPUs x time since its pods started). A workload that was preempted and waits again would then
 count as fresh, rank first under LAS and preempt its preemptor in turn. The scheduler keeps
 each workload's service from its earlier runs here and adds it; and each queue's time-decayed
 usage (the fair-share history, `fairshare`'s `history_weight`).
 
-Both survive a restart or a new leader: the leader writes them to one ConfigMap beside its
+It keeps the repeat guard's memory too (who was evicted for which preemptor shape, and when).
+All three survive a restart or a new leader: the leader writes them to one ConfigMap beside its
 Lease (`CONFIGMAP`, at most once per `AdapterConfig.service_save_s`) and reads them back when
 it starts to lead. At worst the service of the last minute before a crash is lost.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS
+from phalanx.k8s.loop.repeat_memory import from_saved
 
 log = logging.getLogger("phalanx.k8s")
 CONFIGMAP = "phalanx-attained-service"  # in the lease namespace; the chart's Role names it
@@ -35,6 +37,8 @@ class AttainedService:
         self.half_life_s = half_life_s
         self.history: dict[str, np.ndarray] = {}  # queue -> decayed usage (cpu, memory, gpu)
         self.history_time: float | None = None
+        # the repeat guard's memory as saved (phalanx.k8s.loop.repeat_memory): workload -> shape -> when
+        self.evictions: dict[str, dict[str, float]] = {}
 
     def apply(self, snap: Snapshot, now: float | None = None) -> None:
         """Add earlier runs to every workload's attained service; remember who runs now; with a
@@ -65,6 +69,7 @@ class AttainedService:
             "running": self._running,
             "history": {q: [float(x) for x in v] for q, v in self.history.items()},
             "history_time": self.history_time,
+            "evictions": self.evictions,
         }
 
     def load(self, d: dict[str, Any]) -> None:
@@ -81,6 +86,7 @@ class AttainedService:
                 self.history[str(q)] = a
         t = d.get("history_time")
         self.history_time = float(t) if isinstance(t, int | float) else None
+        self.evictions = from_saved(d.get("evictions"))
 
 
 def _floats(d: Any) -> dict[str, float]:

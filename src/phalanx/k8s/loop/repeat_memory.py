@@ -1,0 +1,104 @@
+"""The repeat guard's memory across a restart or a new leader (issue 26).
+
+Preempt and reclaim do not evict a workload again for a preemptor of the same shape within their
+`repeat_window` (`Snapshot.evicted_for`: workload -> preemptor demand key -> when). That memory
+lived in the scheduler only, so a new leader could repeat an eviction once. It is now saved with
+the attained service (`phalanx.k8s.loop.service`): demand keys are Python values, so each is
+written as a digest of a canonical form, and read back into a key when a workload of that shape is
+in the snapshot again. Digests no workload has claimed are kept for `KEEP_S`, then dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.core.snapshot import Snapshot
+
+KEEP_S = 86400.0  # a saved eviction no preemptor shape has claimed by then is forgotten
+Memory = dict[str, dict[tuple[object, ...], float]]
+Saved = dict[str, dict[str, float]]
+
+
+def digest(key: object) -> str:
+    """A digest of `key` that is the same in every process (no hash seeds, no set order); demand keys
+    are hashable and few, so each is digested once."""
+    try:
+        return _digest_cached(key)
+    except TypeError:  # a part that does not hash (a plain dict)
+        return _digest(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest_cached(key: object) -> str:
+    return _digest(key)
+
+
+def _digest(key: object) -> str:
+    text = json.dumps(_canonical(key), separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _canonical(v: object) -> Any:
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else repr(v)
+    if isinstance(v, enum.Enum):
+        return [type(v).__name__, v.name]
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return [type(v).__name__, {f.name: _canonical(getattr(v, f.name)) for f in dataclasses.fields(v)}]
+    if isinstance(v, frozenset | set):
+        return ["set", sorted((_canonical(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))]
+    if isinstance(v, Mapping):
+        items = [[_canonical(k), _canonical(x)] for k, x in v.items()]
+        return ["map", sorted(items, key=lambda x: json.dumps(x, sort_keys=True))]
+    if isinstance(v, list | tuple):
+        return [_canonical(x) for x in v]
+    return repr(v)
+
+
+def to_saved(memory: Memory, pending: Saved, now: float) -> Saved:
+    """What to write: the memory as digests, and what was read back but not claimed yet (if recent)."""
+    out: Saved = {w: {s: t for s, t in shapes.items() if now - t < KEEP_S} for w, shapes in pending.items()}
+    for w, shapes in memory.items():
+        mine = out.setdefault(w, {})
+        for key, t in shapes.items():
+            mine[digest(key)] = t
+    return {w: shapes for w, shapes in out.items() if shapes}
+
+
+def from_saved(d: object) -> Saved:
+    """A saved memory as it reads; entries of the wrong type are skipped."""
+    if not isinstance(d, dict):
+        return {}
+    out: Saved = {}
+    for w, shapes in d.items():
+        if isinstance(shapes, dict):
+            good = {
+                str(s): float(t) for s, t in shapes.items() if isinstance(t, int | float) and math.isfinite(t)
+            }
+            if good:
+                out[str(w)] = good
+    return out
+
+
+def restore(memory: Memory, pending: Saved, snap: Snapshot) -> None:
+    """Turn saved digests back into demand keys for the shapes the snapshot has; the rest stay pending."""
+    if not pending:
+        return
+    keys = {digest(k): k for k in {entry.demand_key for entry in snap.workloads.values()}}
+    for w in list(pending):
+        shapes = pending[w]
+        for s in [s for s in shapes if s in keys]:
+            t = shapes.pop(s)
+            mine = memory.setdefault(w, {})
+            mine[keys[s]] = max(t, mine.get(keys[s], t))
+        if not shapes:
+            del pending[w]
