@@ -60,11 +60,16 @@ def decisions(result: CycleResult) -> tuple[list[tuple[object, ...]], list[tuple
 
 
 def replay(seed: int, profile: str, cycles: int, full_pass: bool, mp: pytest.MonkeyPatch) -> list[object]:
-    """Cycles over one snapshot: all work pending at first, then half of what runs ends each cycle."""
+    """Cycles over one snapshot: all work pending at first, then half of what runs ends each cycle.
+
+    Odd seeds rank nodes as the FGD protocol does (a permutation), with ties, instead of by name.
+    """
     with mp.context() as m:
         if full_pass:
             m.setattr(PlacementClasses, "lookup", lambda self, task, req: None)
         snap = Snapshot(cluster(seed), workloads(seed), topology_levels=("rack",))
+        if seed % 2:
+            snap.node_rank = np.random.default_rng(seed).permutation(len(snap.cluster)) // 2
         prof = load_profile(profile)
         rng = np.random.default_rng(seed)
         out: list[object] = []

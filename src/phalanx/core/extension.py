@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +67,6 @@ class NodeScorer(Protocol):
         ...
 
 
-@runtime_checkable
 class ClassKeyed(Protocol):
     """A filter or scorer whose answer on a node depends only on that node's state and a key.
 

@@ -21,6 +21,8 @@ from phalanx.core.fragmentation import FragmentationIndex, TypeTable, task_types
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 
+CHOICES_MAX = 1 << 16
+
 
 def pod_shape(req: TaskRequest) -> tuple[int, int, int] | None:
     """(cpu, per-GPU milli, GPU count) as FGD sees a request, or None if FGD cannot model it."""
@@ -182,6 +184,8 @@ class FgdScorer:
             hit = self._choose(
                 cache, frag_now, gpus, shared, free_all, cpu_after, int(c.node_model[i]), g.milli
             )
+            if len(cache.choices) >= CHOICES_MAX:  # bounded over a long replay
+                cache.choices.clear()
             cache.choices[key] = hit
         return charge(c, i, [hit], g)
 
