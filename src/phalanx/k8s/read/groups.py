@@ -119,14 +119,18 @@ def group_pods(
             found = (
                 natives.get((p.namespace, gname)) if p.scheduling_group else by_name.get((p.namespace, gname))
             )
-            g = groups.setdefault(gid, Group(gid, p.namespace, [], found))
+            g = groups.get(gid)  # not setdefault: a Group made for every pod was a tenth of a cycle
+            if g is None:
+                g = groups[gid] = Group(gid, p.namespace, [], found)
+                g.ended = dict((ended or {}).get(gid, {}))
             if p.scheduling_group and found is None and not g.waiting:
                 g.waiting = f"PodGroup {gid} ({native.GROUP}) does not exist yet: its pods wait for it"
-            g.ended = dict((ended or {}).get(gid, {}))
         else:
             owner = _owner(p)
             gid = f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
-            g = groups.setdefault(gid, Group(gid, p.namespace, []))
+            g = groups.get(gid)
+            if g is None:
+                g = groups[gid] = Group(gid, p.namespace, [])
         g.pods.append(p)
     for g in groups.values():
         if not g.waiting:

@@ -144,7 +144,7 @@ def build_world(
             snap.set_node_ready(n.name, ready[n.name])
     ours: list[PodInfo] = []
     foreign: list[PodInfo] = []
-    pods_by_key = {object_key(o): o for o in pods}
+    pods_by_key = {object_key(o): o for o in pods} if dra.claims or dra.classes else {}
     reservations: dict[Slot, dict[str, Any]] = {}
     for obj in pods:
         if not is_active(obj):
