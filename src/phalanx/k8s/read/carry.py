@@ -50,12 +50,14 @@ class Carry:
     base: tuple[object, ...] | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     workloads: dict[str, tuple[tuple[object, ...], Workload]] = field(default_factory=dict)
+    made: set[str] = field(default_factory=set)  # workloads given a new Workload object this cycle
     rebuilt: int = 0  # cycles that built the snapshot from scratch
     recorded: int = 0  # nodes recorded anew in the last cycle
 
     def start(self, base: tuple[object, ...], make: Callable[[], Snapshot]) -> tuple[Snapshot, bool]:
         """The carried snapshot if `base` (nodes, queues, datasets) is what it was built from, else a new
         one (and whether it was kept)."""
+        self.made = set()
         if self.snap is not None and self.base is not None and _same(self.base, base):
             return self.snap, True
         self.snap, self.base, self.nodes = make(), base, {}
@@ -73,11 +75,11 @@ class Carry:
             return hit[1]
         wl = make()
         self.workloads[name] = (key, wl)
+        self.made.add(name)
         return wl
 
     def forget_workloads_except(self, alive: Iterable[str]) -> None:
-        keep = set(alive)
-        for name in [n for n in self.workloads if n not in keep]:
+        for name in self.workloads.keys() - set(alive):
             del self.workloads[name]
 
 
@@ -88,12 +90,17 @@ def _same(a: object, b: object) -> bool:
         return False
 
 
-def prune(snap: Snapshot, wanted: dict[str, Workload]) -> None:
-    """Forget the workloads this cycle does not have (or has anew); what they hold is released. The
-    driver's memory of evictions (handed to the snapshot last cycle) is not the snapshot's to forget."""
+def prune(snap: Snapshot, wanted: dict[str, Workload], made: set[str]) -> None:
+    """Forget the workloads this cycle does not have, or has anew (`made`: a new Workload object this
+    cycle); what they hold is released. Every other workload of a kept snapshot is the one the carry
+    handed out, so only those two sets are looked at. The driver's memory of evictions (handed to the
+    snapshot last cycle) is not the snapshot's to forget."""
     snap.evicted_for = {}
-    for name, entry in list(snap.workloads.items()):
-        if wanted.get(name) is not entry.workload:
+    for name in snap.workloads.keys() - wanted.keys():
+        snap.remove_workload(name)
+    for name in made:
+        entry = snap.workloads.get(name)
+        if entry is not None and entry.workload is not wanted.get(name):
             snap.remove_workload(name)
 
 

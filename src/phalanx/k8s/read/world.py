@@ -213,8 +213,8 @@ def build_world(
             except Exception as e:
                 g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
         staged.append((g, wl))
-    if kept:  # workloads gone or changed leave the carried snapshot (with what they hold) first
-        prune(snap, {g.name: wl for g, wl in staged if wl is not None})
+    if kept and carry is not None:  # workloads gone or changed leave the kept snapshot first
+        prune(snap, {g.name: wl for g, wl in staged if wl is not None}, carry.made)
     if carry is not None:
         carry.forget_workloads_except(g.name for g, wl in staged if wl is not None)
     for g, wl in staged:
@@ -344,6 +344,6 @@ def _workload(g: Group, queue: str, carry: Carry | None) -> Workload:
         g.exempt,
         tuple(g.subgroups),
         g.preempt_whole,
-        created(g.pod_group),
+        created(g.pod_group) if g.pod_group is not None else 0.0,
     )
     return carry.workload(g.name, key, lambda: workload_of(g, queue))
