@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from phalanx.core.cluster import IntArray
-from phalanx.core.extension import ClassKeyed, PlacementContext
+from phalanx.core.extension import SCORES_ZERO, ClassKeyed, FloatArray, NodeScorer, PlacementContext
 from phalanx.core.feasibility import Candidates, find_candidates
 from phalanx.core.model import Task, TaskRequest
 
@@ -39,7 +39,7 @@ ClassKey = tuple[object, ...]
 class PlacementClass:
     """Feasibility, usable GPUs and scores of one class on every node, as of `mark`."""
 
-    __slots__ = ("heap", "mark", "ok", "request", "score", "usable")
+    __slots__ = ("heap", "live", "mark", "ok", "request", "score", "usable")
 
     def __init__(self, request: TaskRequest, n: int, g: int) -> None:
         self.request = request
@@ -48,6 +48,7 @@ class PlacementClass:
         self.usable = np.zeros((n, g), dtype=np.bool_)
         self.heap: list[tuple[float, int, int]] = []  # (-score, node rank, node): Session.pick's order
         self.mark = (-1, -1, 0)  # the cluster's change log when last brought up to date
+        self.live: list[tuple[NodeScorer, float]] = []  # the weighted scorers not SCORES_ZERO for it
 
 
 class PlacementClasses:
@@ -58,6 +59,7 @@ class PlacementClasses:
         p = session.profile
         self.filters = list(p.filters)
         self.scorers = [s for s, w in p.scorers if w]
+        self.weighted = [(s, w) for s, w in p.scorers if w]
         plugins: list[object] = [*self.filters, *self.scorers]
         # a plain attribute check: isinstance against a runtime protocol costs ~10 us a plugin, per cycle
         self.keyed = [cast(ClassKeyed, x) for x in plugins if callable(getattr(x, "class_key", None))]
@@ -96,6 +98,8 @@ class PlacementClasses:
                 self.seen.add(key)
                 return None
             cls = PlacementClass(req, self.n, self.g)
+            tail = key[1 + len(self.filters) :]
+            cls.live = [sw for sw, k in zip(self.weighted, tail, strict=True) if k is not SCORES_ZERO]
             if not self.rank_list:
                 self.rank_list = self.session.snapshot.node_rank.tolist()
             self.classes[key] = cls
@@ -130,7 +134,7 @@ class PlacementClasses:
         if not len(kept):
             self.touch(cls, task)
             return True
-        scores = self.session.scores(ctx)
+        scores = self.scores(cls, ctx)
         if np.isnan(scores).any():
             return False
         cls.ok[kept] = True
@@ -152,11 +156,18 @@ class PlacementClasses:
                 heapq.heapify(cls.heap)
         return True
 
+    def scores(self, cls: PlacementClass, ctx: PlacementContext) -> FloatArray:
+        """`Session.scores` without the scorers that said SCORES_ZERO (the sum is the same)."""
+        total = np.zeros(len(ctx.candidates), dtype=np.float64)
+        for scorer, weight in cls.live:
+            total += weight * scorer.score(ctx)
+        return total
+
     def touch(self, cls: PlacementClass, task: Task) -> None:
         """Call the scorers over no nodes if the class has candidates (see `sync`)."""
-        if self.scorers and cls.ok.any():
+        if cls.live and cls.ok.any():
             none = Candidates(self.session.snapshot.cluster, cls.request, np.zeros(0, dtype=np.int64))
-            self.session.scores(PlacementContext(self.session, task, cls.request, none))
+            self.scores(cls, PlacementContext(self.session, task, cls.request, none))
 
     def context(self, task: Task, req: TaskRequest, cand: Candidates) -> PlacementContext:
         """The profile's filters over `cand`, as `Session.candidates` applies them."""

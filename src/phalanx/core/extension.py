@@ -67,6 +67,16 @@ class NodeScorer(Protocol):
         ...
 
 
+class _ScoresZero:
+    """The `class_key` of a scorer that gives 0 on every node for this task (it is not called then)."""
+
+    def __repr__(self) -> str:
+        return "SCORES_ZERO"
+
+
+SCORES_ZERO = _ScoresZero()
+
+
 class ClassKeyed(Protocol):
     """A filter or scorer whose answer on a node depends only on that node's state and a key.
 
@@ -74,7 +84,9 @@ class ClassKeyed(Protocol):
     and the same key get the same verdict (or score) on a node whose state did not change; or
     None when the answer depends on more (other nodes, the task's own placed gang members).
     Tasks alike then share one feasibility and scoring pass (`phalanx.core.classes`); a plugin
-    without this method makes every placement take the full pass.
+    without this method makes every placement take the full pass. A stateless scorer that gives 0
+    on every node for this task may return `SCORES_ZERO`: the class pass then does not call it
+    (adding 0 changes no comparison).
     """
 
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None: ...

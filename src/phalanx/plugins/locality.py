@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from phalanx.core.extension import FloatArray, PlacementContext
+from phalanx.core.extension import SCORES_ZERO, FloatArray, PlacementContext
 from phalanx.core.model import Task, TaskRequest
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ class LocalityScorer:
 
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
         """Without a dataset every node scores 0; with one the cached bytes may change (full pass)."""
-        return None if request.dataset else ()
+        return None if request.dataset else SCORES_ZERO
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         ds = ctx.request.dataset

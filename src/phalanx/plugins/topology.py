@@ -11,7 +11,7 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
-from phalanx.core.extension import Domain, FloatArray, PlacementContext
+from phalanx.core.extension import SCORES_ZERO, Domain, FloatArray, PlacementContext
 from phalanx.core.feasibility import UNBOUNDED, node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
@@ -91,7 +91,7 @@ class GangAffinityScorer:
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
         """Every node scores 0 until the task's workload has members placed; then the full pass."""
         entry = session.snapshot.workloads.get(task.workload)
-        return None if entry is not None and entry.bound else ()
+        return None if entry is not None and entry.bound else SCORES_ZERO
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         s = ctx.session.snapshot
