@@ -126,3 +126,34 @@ def test_changed_since_reads_the_log_and_scans_after_a_reset() -> None:
     assert c.log_epoch == mark[1] + 1
     assert c.changed_since(mark) == [1, 2, 4]
     assert c.changed_since(later) == [2]
+
+
+def test_short_lived_classes_are_given_up_with_the_same_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many shapes, few pods of each (as openb): the cycle stops building classes, decisions unchanged."""
+    rng = np.random.default_rng(9)
+    shapes = [
+        (float(c), float(f)) for c in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10) for f in (0.1, 0.2, 0.3, 0.4, 0.6)
+    ]
+    pods = [shapes[int(k)] for k in rng.integers(0, len(shapes), 1000)]
+    wls = [
+        make_workload(f"w{k:04d}").created(float(k)).podset("p", cpu=c, fraction=f).build()
+        for k, (c, f) in enumerate(pods)
+    ]
+
+    def once(full_pass: bool) -> tuple[object, PlacementClasses | None]:
+        with monkeypatch.context() as m:
+            if full_pass:
+                m.setattr(PlacementClasses, "lookup", lambda self, task, req: None)
+            snap = Snapshot(cluster(9, n=64), wls, topology_levels=("rack",))
+            session = Session(snap, load_profile("phalanx"), 0.0, np.random.default_rng(0))
+            for action in session.profile.actions:
+                action.execute(session)
+            out = decisions(session.result())
+            session.close()
+            return out, session._classes
+
+    fast, classes = once(False)
+    full, _ = once(True)
+    assert fast == full
+    assert len(fast[0]) > 300
+    assert classes is not None and not classes.enabled and classes.builds > 0

@@ -14,8 +14,8 @@ same node state, and the scorers are called once per placement as the full pass 
 A plugin without `class_key`, or one whose `class_key` is None for this task (gang-affinity
 once a gang has members placed, locality for a task with a dataset), a task with DRA claims,
 a placement restricted to a topology domain, a random tie-break, and a score that is not a
-number take the full pass. A class is built at its second use in a cycle: a request seen once
-costs what it did.
+number take the full pass. A class is built at its second use in a cycle, if the first was
+recent (see `lookup`): a request seen once costs what it did.
 """
 
 from __future__ import annotations
@@ -34,19 +34,25 @@ if TYPE_CHECKING:
     from phalanx.core.session import Session
 
 ClassKey = tuple[object, ...]
+BEHIND_MAX = 32  # a class further behind than this many changes is not worth catching up
+CLASSES_MAX = 16  # classes kept per cycle (each holds a few arrays and a heap over the nodes)
+BUILDS_PER_USE_MAX = 8  # a cycle that builds a class for fewer than 8 uses each stops building them
+HEAP_AFTER = 8  # uses before a class keeps a heap (its build costs a few full passes; a pick then ~4 us)
 
 
 class PlacementClass:
     """Feasibility, usable GPUs and scores of one class on every node, as of `mark`."""
 
-    __slots__ = ("heap", "live", "mark", "ok", "request", "score", "usable")
+    __slots__ = ("heap", "live", "mark", "ok", "request", "score", "usable", "uses")
 
     def __init__(self, request: TaskRequest, n: int, g: int) -> None:
         self.request = request
         self.ok = np.zeros(n, dtype=np.bool_)
         self.score = np.zeros(n, dtype=np.float64)
         self.usable = np.zeros((n, g), dtype=np.bool_)
-        self.heap: list[tuple[float, int, int]] = []  # (-score, node rank, node): Session.pick's order
+        # (-score, node rank, node), Session.pick's order; built once the class has had HEAP_AFTER uses
+        self.heap: list[tuple[float, int, int]] | None = None
+        self.uses = 0
         self.mark = (-1, -1, 0)  # the cluster's change log when last brought up to date
         self.live: list[tuple[NodeScorer, float]] = []  # the weighted scorers not SCORES_ZERO for it
 
@@ -65,8 +71,10 @@ class PlacementClasses:
         self.keyed = [cast(ClassKeyed, x) for x in plugins if callable(getattr(x, "class_key", None))]
         self.enabled = p.tie_break == "name" and len(self.keyed) == len(plugins)
         self.classes: dict[ClassKey, PlacementClass] = {}
-        self.seen: set[ClassKey] = set()
+        self.seen: dict[ClassKey, tuple[int, int, int]] = {}  # class -> the cluster's mark at its last use
         self.broken: set[ClassKey] = set()
+        self.builds = 0  # classes built this cycle
+        self.used = 0  # placements that took a class
         c = session.snapshot.cluster
         self.rank_list: list[int] = []  # the snapshot's node_rank as a list, once a class is built
         self.n = len(c)
@@ -85,28 +93,48 @@ class PlacementClasses:
             parts.append(k)
         return tuple(parts)
 
+    def behind(self, mark: tuple[int, int, int]) -> int:
+        """At most how many nodes changed since `mark` (changes logged since; huge after a reset)."""
+        c = self.session.snapshot.cluster
+        return len(c.log) - mark[2] if mark[1] == c.log_epoch else self.n + 1
+
     def lookup(self, task: Task, req: TaskRequest) -> PlacementClass | None:
-        """The task's class brought up to date, or None to take the full pass."""
+        """The task's class brought up to date, or None to take the full pass.
+
+        A class pays off when its tasks come close together (replicas, a gang, a stream of alike
+        pods); one whose last use is more than BEHIND_MAX changes back takes the full pass (and
+        is dropped), at most CLASSES_MAX classes are kept, the most recently used, and a cycle
+        whose classes serve fewer than BUILDS_PER_USE_MAX placements per build stops using them.
+        """
         if not self.enabled:
             return None
         key = self.key(task, req)
         if key is None or key in self.broken:
             return None
-        cls = self.classes.get(key)
+        cls = self.classes.pop(key, None)
+        if cls is not None and self.behind(cls.mark) > BEHIND_MAX:
+            cls = None  # dropped: rebuilt if its next task comes soon
         if cls is None:
-            if key not in self.seen:
-                self.seen.add(key)
+            last = self.seen.get(key)
+            self.seen[key] = self.session.snapshot.cluster.mark()
+            if last is None or self.behind(last) > BEHIND_MAX:
+                return None
+            self.builds += 1
+            if self.builds * BUILDS_PER_USE_MAX > self.used and self.used >= 256:
+                # classes too short-lived to pay for their builds (many shapes, few of each): stop
+                self.enabled = False
+                self.classes.clear()
                 return None
             cls = PlacementClass(req, self.n, self.g)
             tail = key[1 + len(self.filters) :]
             cls.live = [sw for sw, k in zip(self.weighted, tail, strict=True) if k is not SCORES_ZERO]
-            if not self.rank_list:
-                self.rank_list = self.session.snapshot.node_rank.tolist()
-            self.classes[key] = cls
         if not self.sync(cls, task):
-            del self.classes[key]  # a score that is not a number: this class takes the full pass
-            self.broken.add(key)
+            self.broken.add(key)  # a score that is not a number: this class takes the full pass
             return None
+        self.used += 1
+        self.classes[key] = cls  # the most recently used last
+        if len(self.classes) > CLASSES_MAX:
+            del self.classes[next(iter(self.classes))]
         return cls
 
     def sync(self, cls: PlacementClass, task: Task) -> bool:
@@ -140,21 +168,23 @@ class PlacementClasses:
         cls.ok[kept] = True
         cls.score[kept] = scores
         cls.usable[kept] = ctx.candidates.usable_all()
-        nodes = kept.tolist()
-        entries = zip((-scores).tolist(), [self.rank_list[i] for i in nodes], nodes, strict=True)
-        if full:
-            cls.heap = list(entries)
-            heapq.heapify(cls.heap)
-        else:
-            for e in entries:
+        if cls.heap is not None:
+            nodes = kept.tolist()
+            for e in zip((-scores).tolist(), [self.rank_list[i] for i in nodes], nodes, strict=True):
                 heapq.heappush(cls.heap, e)
             if len(cls.heap) > 4 * self.n:  # compact: one entry per feasible node
-                live = np.nonzero(cls.ok)[0].tolist()
-                cls.heap = list(
-                    zip((-cls.score[live]).tolist(), [self.rank_list[i] for i in live], live, strict=True)
-                )
-                heapq.heapify(cls.heap)
+                self.build_heap(cls)
         return True
+
+    def build_heap(self, cls: PlacementClass) -> None:
+        """One heap entry per feasible node, from the class's arrays."""
+        if not self.rank_list:
+            self.rank_list = self.session.snapshot.node_rank.tolist()
+        live = np.nonzero(cls.ok)[0].tolist()
+        cls.heap = list(
+            zip((-cls.score[live]).tolist(), [self.rank_list[i] for i in live], live, strict=True)
+        )
+        heapq.heapify(cls.heap)
 
     def scores(self, cls: PlacementClass, ctx: PlacementContext) -> FloatArray:
         """`Session.scores` without the scorers that said SCORES_ZERO (the sum is the same)."""
@@ -185,7 +215,13 @@ class PlacementClasses:
 
         A node whose best score is -inf, or none at all, returns -1: the full pass decides then.
         """
+        cls.uses += 1
+        if cls.heap is None:
+            if cls.uses < HEAP_AFTER:
+                return self.best_by_arrays(cls, skip)
+            self.build_heap(cls)
         heap = cls.heap
+        assert heap is not None
         ok, score = cls.ok, cls.score
         held: list[tuple[float, int, int]] = []
         out: int | None = None
@@ -202,6 +238,22 @@ class PlacementClasses:
         for e in held:
             heapq.heappush(heap, e)
         return out
+
+    def best_by_arrays(self, cls: PlacementClass, skip: set[int]) -> int | None:
+        """`best` as `Session.pick` finds it, over the class's arrays (before a heap pays off)."""
+        alive = cls.ok.copy()
+        for i in skip:
+            alive[i] = False
+        masked = np.where(alive, cls.score, -np.inf)
+        if not alive.any():
+            return None
+        top = masked.max()
+        if top == -np.inf:
+            return -1
+        ties = np.nonzero(masked == top)[0]
+        if len(ties) == 1:
+            return int(ties[0])
+        return int(ties[np.argmin(self.session.snapshot.node_rank[ties])])
 
     def candidate(self, cls: PlacementClass, task: Task, i: int) -> PlacementContext:
         """A context holding node i alone, with the class's usable GPUs on it (for device selection)."""
