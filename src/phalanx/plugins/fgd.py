@@ -21,7 +21,7 @@ from phalanx.core.fragmentation import FragmentationIndex, TypeTable, task_types
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 
-CHOICES_MAX = 1 << 16
+CHOICES_MAX = 1 << 14  # about 8 MiB of keys at most
 
 
 def pod_shape(req: TaskRequest) -> tuple[int, int, int] | None:
