@@ -3,7 +3,8 @@
 Each run: a fresh control plane (etcd, kube-apiserver; no controller-manager), N nodes of 8
 GPUs, P one-GPU pods created first, then the scheduler is started and timed until every pod
 is bound (counted from a watch in this process). kube-scheduler runs with its default client
-QPS (50) and with a raised one; Phalanx runs as its own process (`phalanx scheduler`).
+QPS (50) and with a raised one; Phalanx runs as its own process (`phalanx scheduler`) with the
+default profile, the one users get (`--profile phalanx` or another to measure that one).
 
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py compare [--nodes 1000 --pods 4000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py scale   [--nodes 5000 --pods 20000]
@@ -116,11 +117,14 @@ def rss_peak_mib(pid: int) -> float:
     return int(m.group(1)) / 1024 if m else 0.0
 
 
+PROFILE = "phalanx-queues"  # what users get; `--profile` to measure another
+
+
 def start_phalanx(cp: ControlPlane, port: int, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     log = open(cp.dir / "logs" / "phalanx.log", "ab")  # noqa: SIM115 - owned by the child
     return subprocess.Popen(
         [sys.executable, "-m", "phalanx.cli.main", "scheduler", "--kubeconfig", str(cp.kubeconfig),
-         "--no-leader-elect", "--profile", "phalanx", "--port", str(port), *extra],
+         "--no-leader-elect", "--profile", PROFILE, "--port", str(port), *extra],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
 
@@ -285,7 +289,7 @@ def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: floa
         port = free_port()
         proc = None
         if name == "phalanx":
-            proc = start_phalanx(cp, port, ("--profile", "phalanx-queues", "--insecure-metrics"))
+            proc = start_phalanx(cp, port, ("--insecure-metrics",))
         else:
             cp.start_scheduler(qps=2000)
         warm = pod("warm-up", gpus=1, scheduler=sched)
@@ -359,7 +363,10 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=40.0, help="latency: pods created per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="latency: how long pods arrive")
     ap.add_argument("--running", type=int, default=4, help="latency: pods already running per node")
+    ap.add_argument("--profile", default="phalanx-queues", help="Phalanx's profile (default: what users get)")
     a = ap.parse_args()
+    global PROFILE
+    PROFILE = a.profile
     if not os.environ.get("PHALANX_K8S_ASSETS"):
         raise SystemExit(
             "set PHALANX_K8S_ASSETS to the folder of the Kubernetes binaries (../shared/k8s/unpack.sh)"
