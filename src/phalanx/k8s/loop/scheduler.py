@@ -189,7 +189,8 @@ class Scheduler:
         self._kueue_unhonoured(read.kueue)
         queues, dra = read.queues, read.dra
         rebuilt = self.carry.rebuilt
-        world = read.world(self.cfg, now, self.translations, self.carry)
+        stamp = (generation, tuple(sorted(self.assumed)), tuple(sorted(self.gone)))
+        world = read.world(self.cfg, now, self.translations, self.carry, stamp)
         if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
             self.metrics.rebuilds.inc()
         else:
@@ -218,6 +219,8 @@ class Scheduler:
         t_read = time.perf_counter()
         # applied: queue status and metrics show the cycle's outcome
         result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        if result.binds or result.evictions:
+            self.carry.applied = True  # the snapshot moved on: the next cycle reads again
         t_decide = time.perf_counter()
         self._reservations(world, out)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from phalanx.core.model import MILLI, GpuKind, Workload
 from phalanx.core.snapshot import Allocation, ForeignUsage, Snapshot
 from phalanx.k8s.read.devices import decode
 from phalanx.k8s.read.pods import PodInfo
+
+if TYPE_CHECKING:  # world.py builds on this module
+    from phalanx.k8s.read.world import World
 
 # one of our pods to record on a node, and another scheduler's pod there with the GPUs it should
 # get first and when it ends (a pod being deleted)
@@ -51,6 +55,10 @@ class Carry:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     workloads: dict[str, tuple[tuple[object, ...], Workload]] = field(default_factory=dict)
     made: set[str] = field(default_factory=set)  # workloads given a new Workload object this cycle
+    world: World | None = None  # the last world built
+    stamp: object = None  # what its inputs were a version of
+    applied: bool = True  # the cycle after it changed the snapshot (binds, evictions): not reusable
+    reused: int = 0  # cycles that reused the last world as it was
     rebuilt: int = 0  # cycles that built the snapshot from scratch
     recorded: int = 0  # nodes recorded anew in the last cycle
 
@@ -67,6 +75,26 @@ class Carry:
     def drop(self) -> None:
         """Forget the snapshot: the next cycle builds from scratch (a cycle failed, leadership moved)."""
         self.snap, self.base, self.nodes = None, None, {}
+        self.world, self.stamp, self.applied = None, None, True
+
+    def keep(self, world: World, stamp: object) -> None:
+        """The world just built, for a next cycle whose inputs carry the same stamp."""
+        self.world, self.stamp, self.applied = world, stamp, False
+
+    def unchanged(self, stamp: object) -> bool:
+        """Whether last cycle's world stands as it is: same inputs, nothing applied since, no clock read."""
+        ok = (
+            self.world is not None
+            and self.snap is not None
+            and self.stamp is not None
+            and not self.applied
+            and not self.world.time_bound
+            and _same(self.stamp, stamp)
+        )
+        if ok:
+            self.reused += 1
+            self.recorded = 0
+        return ok
 
     def workload(self, name: str, key: tuple[object, ...], make: Callable[[], Workload]) -> Workload:
         """The same Workload object as last cycle while its inputs are equal, so its entry is kept."""

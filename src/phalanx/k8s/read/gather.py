@@ -42,7 +42,12 @@ class Gathered:
     jobs: dict[str, dict[str, Any]] | None  # None: Jobs not listed (not served, not readable, not yet)
 
     def world(
-        self, cfg: AdapterConfig, now: float, memo: Translations | None = None, carry: Carry | None = None
+        self,
+        cfg: AdapterConfig,
+        now: float,
+        memo: Translations | None = None,
+        carry: Carry | None = None,
+        stamp: object = None,
     ) -> World:
         return build_world(
             self.nodes,
@@ -56,6 +61,7 @@ class Gathered:
             self.kueue,
             self.jobs,
             carry,
+            stamp,
         )
 
 

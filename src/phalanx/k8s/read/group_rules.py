@@ -20,11 +20,12 @@ from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.pods import timestamp
 
 
-def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_since: float) -> None:
+def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_since: float) -> bool:
     """A Job's pods are one gang of its parallelism (what is left of its completions), not of the pods
     that happen to exist yet: the Job controller may still be making them. A pod whose Job the watch
     has not delivered yet waits for it (within the creation grace, after `grace_since`), or it would
-    be placed alone, outside the Job's gang and its LocalQueue. `jobs` None: Jobs are not watched."""
+    be placed alone, outside the Job's gang and its LocalQueue. `jobs` None: Jobs are not watched.
+    Returns whether the answer depended on the clock (the grace)."""
     first = g.pods[0]
     if (
         g.pod_group is not None
@@ -32,21 +33,21 @@ def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_sinc
         or first.owner[0] != "Job"
         or g.name != f"{g.namespace}/Job/{first.owner[1]}"
     ):
-        return
+        return False
     if keys.MIN_AVAILABLE in first.annotations or keys.KUEUE_GROUP_TOTAL in first.annotations:
-        return
+        return False
     job = (jobs or {}).get(f"{g.namespace}/{first.owner[1]}")
     if job is None:
         if jobs is not None and max(p.created for p in g.pods) > grace_since:
             g.waiting = f"Job {g.namespace}/{first.owner[1]}: not seen yet, so neither is its parallelism"
-        return
+        return jobs is not None
     spec, status = job.get("spec") or {}, job.get("status") or {}
     try:
         need = int(spec.get("parallelism", 1))
         if spec.get("completions") is not None:
             need = min(need, int(spec["completions"]) - int(status.get("succeeded") or 0))
     except (TypeError, ValueError):
-        return
+        return False
     if need > len(g.pods):
         g.missing = need - len(g.pods)
         g.waiting = (
@@ -54,6 +55,7 @@ def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_sinc
             f"{'s' if g.missing != 1 else ''}: {len(g.pods)} of its {need} parallel pods exist"
         )
     g.min_available = max(1, min(need, len(g.pods)))
+    return False
 
 
 def created(obj: dict[str, Any] | None) -> float:

@@ -60,6 +60,7 @@ class World:
     group_claims: dict[str, dict[str, str]] = field(
         default_factory=dict
     )  # claim -> its PodGroup (reservedFor)
+    time_bound: bool = False  # read the clock (a grace, a deletion with no end): not reused as it is
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -83,10 +84,19 @@ def build_world(
     kueue: Kueue | None = None,
     jobs: dict[str, dict[str, Any]] | None = None,
     carry: Carry | None = None,
+    stamp: object = None,
 ) -> World:
     """The world of one cycle. With `carry`, the last cycle's snapshot is kept where the nodes, queues
     and datasets are what it was built from (and no DRA object exists): only nodes whose pods changed
-    are recorded anew (`phalanx.k8s.read.carry`)."""
+    are recorded anew (`phalanx.k8s.read.carry`). `stamp`: what the inputs are a version of (the watch
+    cache's generation and the scheduler's assumptions); the same stamp as last cycle, after a cycle
+    that changed nothing and read no clock, gives last cycle's world again, its clock-bound parts
+    brought up to `now`."""
+    if carry is not None and stamp is not None and carry.unchanged(stamp):
+        assert carry.world is not None and carry.snap is not None
+        reset_cycle_state(carry.snap)
+        _served(carry.snap, now)
+        return carry.world
     memo = memo or Translations()
     contain = Contain()
     nodes, pods = outlined("Node", nodes, contain), outlined("Pod", pods, contain)
@@ -194,7 +204,8 @@ def build_world(
         w.groups[g.name] = g
         for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
             w.pod_groups.pop(object_key(member), None)
-        job_parallelism(g, jobs, now - cfg.gang_creation_grace_s)
+        if job_parallelism(g, jobs, now - cfg.gang_creation_grace_s):
+            w.time_bound = True
         if kueue is not None:
             apply_kueue(g, kueue, jobs or {})
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
@@ -228,6 +239,7 @@ def build_world(
             if not g.problems:  # only short of pods: within the grace, pods are still being created
                 since = max([p.created for p in g.pods] + [created(g.pod_group)])
                 w.waiting_pods[g.name] = now - since < cfg.gang_creation_grace_s
+                w.time_bound = True
             foreign += [p for p in g.pods if p.node and p.node in known]
             continue
         apply_plans(g, w.stale_intents, contain)
@@ -243,6 +255,8 @@ def build_world(
                 w.stale_intents.append(p.plan_holder or p.key)
             continue
         ours_at.setdefault(target, []).append(p)
+        if not (p.started or p.created):
+            w.time_bound = True  # recorded as running since now
     reserved: list[PodInfo] = []
     prefer = _reservations(w, reservations, foreign, reserved, cfg, contain, memo)
 
@@ -252,6 +266,8 @@ def build_world(
             if p.node in known:
                 # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
                 ends = (p.deletion or now) if p.deleting else None
+                if p.deleting and not p.deletion:
+                    w.time_bound = True
                 out.setdefault(p.node, []).append((p, prefer.get(p.key, ()), ends))
         return out
 
@@ -266,17 +282,24 @@ def build_world(
             w.unfinished.append(placed)
     if kept:
         reset_cycle_state(snap)
-    for entry in snap.running.values():
-        since = min(a.since for a in entry.bound.values())
-        entry.executed = max(0.0, now - since)
-        entry.attained = entry.gpu_milli / MILLI * entry.executed
+    _served(snap, now)
     w.stale_intents = sorted(set(w.stale_intents))
     if len(w.stale_intents) > 0:  # a stale plan: none of its pods may be finished from it
         stale = set(w.stale_intents)
         w.unfinished = [b for b in w.unfinished if (w.pods[b.task].plan_holder or b.task) not in stale]
     queue_labels = {f"Queue {q}": msg for q, msg in queue_problems.items()}
     w.problems = contain.problems | queue_labels
+    if carry is not None:
+        carry.keep(w, stamp)
     return w
+
+
+def _served(snap: Snapshot, now: float) -> None:
+    """Each running workload's run so far: time since its pods started, and GPUs x that time."""
+    for entry in snap.running.values():
+        since = min(a.since for a in entry.bound.values())
+        entry.executed = max(0.0, now - since)
+        entry.attained = entry.gpu_milli / MILLI * entry.executed
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
