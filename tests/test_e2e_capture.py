@@ -160,7 +160,7 @@ def _live(kube: Kube, now: float) -> dict[str, Any]:
     try:
         assert s.wait_synced(20)
         read = gather(
-            s.store.items, s.store.is_synced((JOBS.key,)), CFG, s._assume(s.store.items("pods"), now)
+            s.store.items, s.store.is_synced((JOBS.key,)), CFG, s.assume.apply(s.store.items("pods"), now)
         )
         return fingerprint(read.world(CFG, now))
     finally:

@@ -9,18 +9,16 @@ they never hold up a bind.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from phalanx.core.cycle import run_cycle
-from phalanx.core.decisions import DISRUPTION_BUDGET, TERMINATING, Bind, CycleResult, Hold
+from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
@@ -33,15 +31,16 @@ from phalanx.k8s.client.api import Api
 from phalanx.k8s.client.cache import Informers, Store, object_key
 from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.leader import LeaderElector
 from phalanx.k8s.loop.repeat_memory import restore, to_saved
+from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.contain import label
-from phalanx.k8s.read.devices import encode
 from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.kueue import Kueue
-from phalanx.k8s.read.translations import ASSUMED, Translations
+from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
 from phalanx.k8s.view.server import Metrics
@@ -100,10 +99,8 @@ class Scheduler:
         # saved with the attained service (phalanx.k8s.loop.repeat_memory)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
         self.cycles = 0
-        # what we did that the watch may not show yet (kube-scheduler's "assume"): task -> (bind, when)
-        self.assumed: dict[str, tuple[Bind, float]] = {}
-        self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
-        self.assume_ttl = 60.0
+        # what we did that the watch may not show yet (kube-scheduler's "assume")
+        self.assume = Assumptions(ttl=60.0)
         self.kueue_unhonoured: list[str] = []
         self.runtimes = RunTimes()
         self.board = Board(pool_label=cfg.pool_label)
@@ -184,12 +181,12 @@ class Scheduler:
         self.last_cycle = time.monotonic()
         generation = self.store.generation  # before the reads: a change during the cycle counts
         now = self.clock()
-        pods = self._assume(self.store.items("pods"), now)
+        pods = self.assume.apply(self.store.items("pods"), now)
         read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
         self._kueue_unhonoured(read.kueue)
         queues, dra = read.queues, read.dra
         rebuilt = self.carry.rebuilt
-        stamp = (generation, tuple(sorted(self.assumed)), tuple(sorted(self.gone)))
+        stamp = (generation, self.assume.stamp())
         world = read.world(self.cfg, now, self.translations, self.carry, stamp)
         if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
             self.metrics.rebuilds.inc()
@@ -237,9 +234,9 @@ class Scheduler:
         t_act = time.perf_counter()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
-            self.assumed[task] = (binds[task], now)
+            self.assume.bound(task, binds[task], now)
         for task in out.evicted:
-            self.gone[task] = now
+            self.assume.evicted(task, now)
         ours = {
             str((q.get("metadata") or {}).get("name"))
             for q in queues
@@ -265,16 +262,16 @@ class Scheduler:
         self.last_insight = insight
         if self.cfg.stage_ahead_s > 0:
             self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
-        held = _held(result, out, binds)
+        held = held_preemptors(result, out, binds)
         self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound, out.broken)
-        self._board(world, result, out, binds, insight, now)
+        board_cycle(self.board, world, result, out, binds, insight, now)
         t_end = time.perf_counter()
         seconds = t_end - t0
         phases = {"read": t_read - t0, "decide": t_decide - t_read, "act": t_act - t_decide}
         phases["report"] = t_end - t_act
         for name, took in phases.items():
             self.metrics.phase.labels(name).observe(took)
-        self._metrics(world, result, out, seconds)
+        cycle_metrics(self.metrics, world, result, out, seconds, self.cfg.pool_label)
         busy = (
             result.pending
             or result.binds
@@ -287,8 +284,7 @@ class Scheduler:
             or world.orphan_shares
             or out.deferred
             or out.not_evicted
-            or self.assumed
-            or self.gone
+            or self.assume
         )
         self.quiet_at = None if busy else generation
         if out.bound or out.evicted or out.broken:
@@ -302,34 +298,6 @@ class Scheduler:
                 ", ".join(f"{k} {v:.3f}" for k, v in phases.items()),
             )
         return StepReport(world, result, out)
-
-    def _board(
-        self,
-        world: World,
-        result: CycleResult,
-        out: Outcome,
-        binds: dict[str, Bind],
-        insight: dict[str, str],
-        now: float,
-    ) -> None:
-        """The dashboard's view of this cycle: its decisions always, the whole state while someone looks."""
-        b = self.board
-        for task in out.bound:
-            bind = binds.get(task)
-            b.remember(
-                now,
-                "bound",
-                task,
-                bind.node if bind else "",
-                f"GPUs {list(bind.gpus)}" if bind and bind.gpus else "",
-            )
-        for ev in result.evictions:
-            if ev.task in out.evicted:
-                b.remember(now, "evicted", ev.task, ev.node, ev.reason)
-        for workload, why in out.broken.items():
-            b.remember(now, "undone", workload, "", why)
-        if b.wanted():
-            b.update_later(world, result, insight, now)  # a view: built aside, never holds up a cycle
 
     def _load_service(self, now: float) -> None:
         """Attained service and fair-share history as the last leader left them (once per leadership)."""
@@ -381,45 +349,10 @@ class Scheduler:
             if not shares.recent(slot, ttl=5.0):
                 shares.delete(slot, world.reservations.get(slot))
         for task, (node, index) in sorted(world.orphan_shares.items()):
-            if task not in self.gone and shares.gone((node, index)):
+            if task not in self.assume.gone and shares.gone((node, index)):
                 why = f"the reservation pod that held GPU {index} of {node} for it is gone"
                 log.warning("evicting share %s: %s", task, why)
                 self.executor.evict(task, why, out)
-
-    def _assume(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        """The store's pods with our recent binds and evictions applied (the watch lags behind)."""
-        out = []
-        seen: set[str] = set()
-        for p in pods:
-            meta = p.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            seen.add(key)
-            if key in self.gone:
-                if now - self.gone[key] >= self.assume_ttl:
-                    del self.gone[key]
-                elif not (p.get("metadata") or {}).get("deletionTimestamp"):
-                    # evicted, the watch does not show it yet: it still holds its devices until it is
-                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating
-                    p = copy.deepcopy(p)
-                    p[ASSUMED] = True
-                    p.setdefault("metadata", {})["deletionTimestamp"] = "evicted"
-            hit = self.assumed.get(key)
-            if hit is not None:
-                if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.assume_ttl:
-                    del self.assumed[key]  # the watch caught up (or never will)
-                else:
-                    b = hit[0]
-                    p = copy.deepcopy(p)
-                    p[ASSUMED] = True
-                    p.setdefault("spec", {})["nodeName"] = b.node
-                    notes = p.setdefault("metadata", {}).setdefault("annotations", {})
-                    notes.update({k: v for k, v in encode(b).items() if v is not None})
-            out.append(p)
-        for key in [k for k in self.gone if k not in seen]:
-            del self.gone[key]
-        for key in [k for k in self.assumed if k not in seen]:
-            del self.assumed[key]
-        return out
 
     def _audit(self, world: World, read: Gathered, now: float) -> World:
         """Now and then, the kept snapshot against one built from scratch: on a difference (a bug of
@@ -446,46 +379,3 @@ class Scheduler:
             for o in self.store.items(kind)
         }
         self.translations.forget_except(uids, uids)
-
-    def _metrics(self, world: World, result: CycleResult, out: Outcome, seconds: float) -> None:
-        m = self.metrics
-        m.cycle.observe(seconds)
-        m.pending.set(len(result.pending) + len(world.blocked))
-        m.binds.inc(len(out.bound))
-        m.evictions.inc(len(out.evicted))
-        m.broken.inc(len(out.broken))
-        s = world.snapshot
-        per_queue: dict[str, float] = {}
-        for a in s.allocations.values():
-            q = s.workloads[a.task.workload].workload.queue
-            per_queue[q] = per_queue.get(q, 0.0) + len(a.devices.gpus) * a.devices.milli / 1000
-        for q, v in per_queue.items():
-            m.queue_gpus.labels(q).set(v)
-        c = s.cluster
-        pools: dict[str, list[int]] = {}
-        for i, n in enumerate(s.nodes):
-            pool = n.labels.get(self.cfg.pool_label) or n.gpu_model or "cpu"
-            pools.setdefault(pool, []).append(i)
-        for pool, idx in pools.items():
-            total = float(c.gpu_count[idx].sum()) * 1000
-            free = float(c.gpu_free_total[idx].sum())
-            m.pool_gpus.labels(pool).set((total - free) / total if total else 0.0)
-
-
-def _held(result: CycleResult, out: Outcome, binds: dict[str, Bind]) -> dict[str, tuple[Hold, ...]]:
-    """Preemptors whose binds wait for their victims this cycle: each victim terminating, or its
-    eviction refused (a PodDisruptionBudget), said as holds of the preemptor."""
-    waiting = {binds[t].workload for t in out.deferred if t in binds}
-    held: dict[str, list[Hold]] = {}
-    for ev in result.evictions:
-        if ev.by not in waiting:
-            continue
-        action = "reclaim" if ev.reason.startswith("reclaimed") else "preempt"
-        if ev.task in out.refusals:
-            hold = Hold(action, DISRUPTION_BUDGET, ev.task, None, detail=out.refusals[ev.task])
-        elif ev.task in out.evicted:
-            hold = Hold(action, TERMINATING, ev.task, None)
-        else:
-            continue
-        held.setdefault(ev.by, []).append(hold)
-    return {name: tuple(hs) for name, hs in held.items()}

@@ -1,0 +1,71 @@
+"""What the scheduler did that the watch may not show yet (kube-scheduler's "assume").
+
+A bind or an eviction takes effect on the API at once, but the watch reports it a little later;
+until then the next cycle must see the pod where we put it (bound, with its devices) or on its
+way out (terminating: it holds its devices until it is gone), or it would be placed twice or its
+devices given away. An assumption ends when the watch catches up, or after `ttl` seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from phalanx.core.decisions import Bind
+from phalanx.k8s.read.devices import encode
+from phalanx.k8s.read.translations import ASSUMED
+
+
+class Assumptions:
+    def __init__(self, ttl: float = 60.0) -> None:
+        self.assumed: dict[str, tuple[Bind, float]] = {}  # task -> (bind, when)
+        self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
+        self.ttl = ttl
+
+    def bound(self, task: str, b: Bind, now: float) -> None:
+        self.assumed[task] = (b, now)
+
+    def evicted(self, task: str, now: float) -> None:
+        self.gone[task] = now
+
+    def stamp(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Which pods are assumed: part of what a cycle's inputs are a version of."""
+        return tuple(sorted(self.assumed)), tuple(sorted(self.gone))
+
+    def __bool__(self) -> bool:
+        return bool(self.assumed or self.gone)
+
+    def apply(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """The store's pods with our recent binds and evictions applied (the watch lags behind)."""
+        out = []
+        seen: set[str] = set()
+        for p in pods:
+            meta = p.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            seen.add(key)
+            if key in self.gone:
+                if now - self.gone[key] >= self.ttl:
+                    del self.gone[key]
+                elif not (p.get("metadata") or {}).get("deletionTimestamp"):
+                    # evicted, the watch does not show it yet: it still holds its devices until it is
+                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating
+                    p = copy.deepcopy(p)
+                    p[ASSUMED] = True
+                    p.setdefault("metadata", {})["deletionTimestamp"] = "evicted"
+            hit = self.assumed.get(key)
+            if hit is not None:
+                if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
+                    del self.assumed[key]  # the watch caught up (or never will)
+                else:
+                    b = hit[0]
+                    p = copy.deepcopy(p)
+                    p[ASSUMED] = True
+                    p.setdefault("spec", {})["nodeName"] = b.node
+                    notes = p.setdefault("metadata", {}).setdefault("annotations", {})
+                    notes.update({k: v for k, v in encode(b).items() if v is not None})
+            out.append(p)
+        for key in [k for k in self.gone if k not in seen]:
+            del self.gone[key]
+        for key in [k for k in self.assumed if k not in seen]:
+            del self.assumed[key]
+        return out
