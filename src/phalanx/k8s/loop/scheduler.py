@@ -186,6 +186,8 @@ class Scheduler:
         self._kueue_unhonoured(read.kueue)
         queues, dra = read.queues, read.dra
         rebuilt = self.carry.rebuilt
+        if self.board.building.is_set():  # the dashboard still reads the last snapshot: leave it that one
+            self.carry.drop()
         stamp = (generation, self.assume.stamp())
         world = read.world(self.cfg, now, self.translations, self.carry, stamp)
         if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:

@@ -121,8 +121,9 @@ class Board:
     ) -> None:
         """Build the state on a thread of its own (0.4 s at 5,000 nodes): the cycle does not wait.
 
-        The world is the cycle's and is not changed after it; while a build runs, newer cycles are
-        skipped rather than queued.
+        The world is the cycle's and is not changed after it: while a build runs, the scheduler does
+        not keep that snapshot for its next cycle (`phalanx.k8s.read.carry`) but builds a new one;
+        newer cycles are skipped rather than queued.
         """
         if self.building.is_set():
             return
