@@ -135,9 +135,13 @@ class Kube:
         headers = {"Content-Type": "application/apply-patch+yaml"}
         return self.api.request("PATCH", k.path(ns, meta["name"]), obj, params=params, headers=headers)  # type: ignore[no-any-return]
 
-    def run_pod(self, name: str, ns: str = "default", started_s_ago: float = 3600.0) -> None:
-        """Play the kubelet: the pod runs and is ready (since `started_s_ago`)."""
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - started_s_ago))
+    def run_pod(
+        self, name: str, ns: str = "default", started_s_ago: float = 3600.0, started_at: float | None = None
+    ) -> None:
+        """Play the kubelet: the pod runs and is ready (since `started_s_ago`, or `started_at`: pods
+        meant to start together get the same second even when the calls straddle one)."""
+        at = started_at if started_at is not None else time.time() - started_s_ago
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
         status = {
             "phase": "Running",
             "startTime": since,

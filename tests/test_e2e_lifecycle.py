@@ -161,8 +161,9 @@ def test_a_preemption_held_back_by_min_runtime_names_it_and_when_it_ends(kube: K
     prof = _profile(tmp_path, 600)
     with running(kube, profile=prof):
         wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(2)), timeout=20)
+        at = time.time() - 60  # a minute into their 10-minute minimum runtime, both the same second
         for k in range(2):
-            kube.run_pod(f"low-{k}", started_s_ago=60)  # a minute into their 10-minute minimum runtime
+            kube.run_pod(f"low-{k}", started_at=at)
         started = max(timestamp(kube.pods()[f"low-{k}"]["status"]["startTime"]) for k in range(2))
         kube.create(pod_group("train", 2))
         for k in range(2):

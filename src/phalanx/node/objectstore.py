@@ -20,9 +20,22 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: every socket is held until all are chosen (one at a time, the kernel
+    may hand the same port out twice, and `weed mini` then fails to bind its second use)."""
+    held = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 _PORTS = (
@@ -68,13 +81,24 @@ class S3Server:
     _proc: subprocess.Popen[bytes] | None = None
     _dir: str = ""
 
-    def start(self, timeout: float = 60.0) -> S3Server:
+    def start(self, timeout: float = 60.0, tries: int = 3) -> S3Server:
+        """Start it; a port taken between our choosing it and weed binding it (another process on a
+        busy machine) is tried again with new ports, `tries` times in all."""
+        for left in range(tries - 1, -1, -1):
+            try:
+                return self._start(timeout)
+            except RuntimeError as e:
+                if left == 0 or "Port allocation failed" not in str(e):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> S3Server:
         weed = find_weed()
         self._dir = tempfile.mkdtemp(prefix="phalanx-s3-")
-        port = free_port()
+        port, *others = free_ports(1 + len(_PORTS))
         args = [str(weed), "mini", f"-dir={self._dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         args += [f"-s3.port={port}", "-admin.ui=false"]
-        args += [f"-{p}={free_port()}" for p in _PORTS]
+        args += [f"-{p}={q}" for p, q in zip(_PORTS, others, strict=True)]
         env = {
             **os.environ,
             "AWS_ACCESS_KEY_ID": self.key,
