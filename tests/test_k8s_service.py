@@ -80,3 +80,15 @@ def test_a_shapes_digest_is_the_same_in_every_process():
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == here
+
+
+def test_the_repeat_guards_memory_is_forgotten_by_age_not_by_absence():
+    """A gang evicted a moment ago may have no pods while its controller remakes them: its memory
+    stays until it is older than any repeat window."""
+    from phalanx.k8s.loop.repeat_memory import KEEP_S, forget_old
+
+    memory = {"gone-for-now": {("shape",): 1000.0}, "old": {("shape",): 1000.0 - KEEP_S}}
+    forget_old(memory, now=1000.0 + 5)
+    assert memory == {"gone-for-now": {("shape",): 1000.0}}
+    forget_old(memory, now=1000.0 + KEEP_S)
+    assert memory == {}

@@ -7,7 +7,8 @@ import itertools
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
-_QUEUE = "las-queue"  # (level, place in the level's list), with `within: queue`
+# (level, place in the level's list), with `within: queue`: state kept across cycles in the entry
+QUEUE_PLACE = "las-queue"
 EPS = 1e-6  # GPU-seconds: a workload that reaches a threshold by float arithmetic is past it
 
 
@@ -44,7 +45,7 @@ class LasOrder:
         return sum(1 for t in self.thresholds if entry.attained >= t - EPS)
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
-        if self.within == "queue" and _QUEUE in entry.cache:
+        if self.within == "queue" and QUEUE_PLACE in entry.cache:
             return _place(entry)
         return (self.level(entry),)
 
@@ -55,20 +56,21 @@ class LasOrder:
     def begin_cycle(self, entries: list[WorkloadEntry]) -> None:
         if self.within != "queue":
             return
-        known = sorted((e for e in entries if _QUEUE in e.cache), key=_place)
+        known = sorted((e for e in entries if QUEUE_PLACE in e.cache), key=_place)
         fresh = sorted(
-            (e for e in entries if _QUEUE not in e.cache), key=lambda e: (e.workload.creation_time, e.name)
+            (e for e in entries if QUEUE_PLACE not in e.cache),
+            key=lambda e: (e.workload.creation_time, e.name),
         )
         for e in [*fresh, *known]:
             level = self.level(e)
-            if _QUEUE not in e.cache or _place(e)[0] != level:
-                e.cache[_QUEUE] = (level, next(self._seq))
+            if QUEUE_PLACE not in e.cache or _place(e)[0] != level:
+                e.cache[QUEUE_PLACE] = (level, next(self._seq))
 
     def end_cycle(self, entries: list[WorkloadEntry], running: set[str]) -> None:
         if self.within != "queue":
             return
         for e in sorted((e for e in entries if e.name not in running), key=_place):
-            e.cache[_QUEUE] = (_place(e)[0], next(self._seq))
+            e.cache[QUEUE_PLACE] = (_place(e)[0], next(self._seq))
 
     def next_change(self, entry: WorkloadEntry, now: float) -> float | None:
         """When a running workload crosses its next threshold (its rank changes by itself then)."""
@@ -80,7 +82,7 @@ class LasOrder:
 
 
 def _place(e: WorkloadEntry) -> tuple[int, int]:
-    at = e.cache[_QUEUE]
+    at = e.cache[QUEUE_PLACE]
     assert isinstance(at, tuple)
     return at
 

@@ -102,3 +102,14 @@ def restore(memory: Memory, pending: Saved, snap: Snapshot) -> None:
             mine[keys[s]] = max(t, mine.get(keys[s], t))
         if not shapes:
             del pending[w]
+
+
+def forget_old(memory: Memory, now: float) -> None:
+    """Drop evictions older than `KEEP_S` (no repeat window is that long); by age, not by absence: a
+    gang just evicted may have no pods for a while as its controller remakes them."""
+    for w in list(memory):
+        shapes = memory[w]
+        for key in [k for k, t in shapes.items() if now - t >= KEEP_S]:
+            del shapes[key]
+        if not shapes:
+            del memory[w]

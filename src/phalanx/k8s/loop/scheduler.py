@@ -33,7 +33,7 @@ from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.leader import LeaderElector
-from phalanx.k8s.loop.repeat_memory import restore, to_saved
+from phalanx.k8s.loop.repeat_memory import forget_old, restore, to_saved
 from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
@@ -77,6 +77,7 @@ class Scheduler:
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
         self.restore_due = False  # the repeat guard's saved memory was just read back
+        self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
         self.unclaimed: dict[
             str, dict[str, float]
         ] = {}  # saved evictions no shape in the snapshot claimed yet
@@ -201,10 +202,10 @@ class Scheduler:
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
-            for name in [n for n in self.evicted_for if n not in world.snapshot.workloads]:
-                del self.evicted_for[name]
-        if self.unclaimed and (self.restore_due or self.cycles % 10 == 0):
-            self.restore_due = False
+            forget_old(self.evicted_for, now)  # by age: a gang evicted may be absent while it is remade
+        shapes = world.snapshot.types_version  # moves whenever a workload comes or goes
+        if self.unclaimed and (self.restore_due or shapes != self.restore_seen):
+            self.restore_due, self.restore_seen = False, shapes
             restore(self.evicted_for, self.unclaimed, world.snapshot)  # as an earlier leader saved it
         world.snapshot.evicted_for = self.evicted_for
         pod_objects = {

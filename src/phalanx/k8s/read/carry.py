@@ -27,6 +27,7 @@ from phalanx.core.model import MILLI, GpuKind, Workload
 from phalanx.core.snapshot import Allocation, ForeignUsage, Snapshot
 from phalanx.k8s.read.devices import decode
 from phalanx.k8s.read.pods import PodInfo
+from phalanx.plugins.order import QUEUE_PLACE
 
 if TYPE_CHECKING:  # world.py builds on this module
     from phalanx.k8s.read.world import World
@@ -133,8 +134,11 @@ def prune(snap: Snapshot, wanted: dict[str, Workload], made: set[str]) -> None:
 
 
 def reset_cycle_state(snap: Snapshot) -> None:
-    """What a fresh snapshot starts each cycle with: every workload not looked at yet, none parked."""
+    """What a fresh snapshot starts each cycle with: every workload not looked at yet, none parked,
+    and no place in an order's queue (LAS `within: queue` keeps one in the simulator, whose snapshot
+    lives the whole replay; the adapter's cycles have always started without it)."""
     for entry in snap.workloads.values():
+        entry.cache.pop(QUEUE_PLACE, None)
         entry.parked_epoch = -1
         entry.last_pending = None
         entry.attained = 0.0
@@ -161,7 +165,9 @@ def record_nodes(
     for i, name in enumerate(n.name for n in snap.cluster.nodes):
         mine, theirs, held = ours.get(name, []), others.get(name, []), reserved.get(name, [])
         rec = records.get(name)
-        sig = (tuple(mine), tuple(theirs), tuple(held))
+        # readiness too: a pod of ours with no devices noted is placed on its node by the predicates,
+        # which a node that is not ready fails (it then counts as another scheduler's there)
+        sig = (bool(snap.cluster.node_ready[i]), tuple(mine), tuple(theirs), tuple(held))
         if rec is not None and _unchanged(snap, i, rec, sig):
             out.update(zip((p.key for p in mine), rec.outcomes, strict=True))
             continue
