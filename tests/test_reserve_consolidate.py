@@ -191,3 +191,34 @@ def test_srtf_prefers_the_shortest_remaining_time():
     sc.add(make_workload("short").podset("p", gpu=4).runtime(10).created(5).build())
     sc.cycle()
     assert sc.bound("short") == 1 and sc.bound("long") == 0 and sc.bound("unknown") == 0
+
+
+def test_the_filtered_bound_leaves_out_reserved_nodes_and_never_undercounts_a_placement():
+    """`upper_bound(filtered=True)` skips what-ifs the reservation is bound to refuse: it counts
+    no room on the reserved nodes, for the tasks kept off them, and never less than placement gets."""
+    import numpy as np
+
+    from phalanx.actions.gang import _place_gang, gang_tasks, upper_bound
+    from phalanx.core.session import Reservation, Session
+    from phalanx.core.snapshot import Snapshot
+
+    ns = nodes(3)
+    prof = profile(["allocate"], filters=["reservation"])
+    wl = [
+        make_workload("big").podset("p", 8, gpu=1).build(),
+        make_workload("long").podset("p", 6, gpu=1).runtime(500).build(),
+        make_workload("short").podset("p", 6, gpu=1).runtime(5).build(),
+    ]
+    snap = Snapshot(ns, wl)
+    session = Session(snap, prof, 0.0, np.random.default_rng(0))
+    session.reservation = Reservation("big", np.array([True, True, False]), due=100.0)
+    # long (500 s, past the due time) is kept off n0 and n1: only n2's 4 GPUs count for it;
+    # short ends before the gang is due and big holds the reservation: all 12 GPUs count
+    for name, plain, room, placed in (("long", 6, 4, False), ("short", 6, 6, True), ("big", 8, 8, True)):
+        entry = snap.workloads[name]
+        tasks = gang_tasks(entry)[0]
+        assert upper_bound(session, tasks) == plain, name
+        assert upper_bound(session, tasks, filtered=True) == room, name
+        st = session.statement()
+        assert _place_gang(session, entry, tasks, outer=st, explain=False).placed is placed, name
+        st.discard()

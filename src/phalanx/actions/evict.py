@@ -293,7 +293,11 @@ def _attempt(
     gap, next_at, tried_at = 1, 0, -1
 
     def fits() -> set[int] | None:
-        if upper_bound(session, tasks) < len(tasks) or session.admit(preemptor, tasks) is not None:
+        # the filtered bound skips tries a filter is bound to refuse (e.g. room only on reserved
+        # nodes); the plain bound below decides when to try, so the tries are those as without it
+        if upper_bound(session, tasks, filtered=True) < len(tasks):
+            return None
+        if session.admit(preemptor, tasks) is not None:
             return None
         if not _place_gang(session, preemptor, tasks, outer=stmt, explain=False).placed:
             return None

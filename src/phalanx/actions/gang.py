@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
 
 from phalanx.actions import subgroups
 from phalanx.core.decisions import Reason
-from phalanx.core.extension import Domain
+from phalanx.core.extension import Domain, NodeBound
 from phalanx.core.feasibility import node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
@@ -61,16 +64,26 @@ def gang_key(
     return key  # type: ignore[return-value]
 
 
-def upper_bound(session: Session, tasks: list[Task]) -> int:
-    """At most how many of `tasks` the free capacity could hold (cheap, never too low)."""
-    counts: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> int:
+    """At most how many of `tasks` the free capacity could hold (cheap, never too low).
+
+    `filtered`: leave out the nodes a filter of the profile refuses the task outright
+    (`NodeBound`), e.g. those reserved for a large gang; a tighter bound, still never too low.
+    """
+    counts: dict[tuple[object, ...], tuple[TaskRequest, Task, int]] = {}
     for t in tasks:
         req = session.effective(t.request)
         k = req.shape_key
-        counts[k] = (req, counts.get(k, (req, 0))[1] + 1)
+        counts[k] = (req, t, counts[k][2] + 1 if k in counts else 1)
+    bounds = [f for f in session.profile.filters if filtered and callable(getattr(f, "excluded", None))]
     total = 0
-    for req, n in counts.values():
-        total += min(n, int(node_capacity(session.snapshot, req).sum()))
+    for req, task, n in counts.values():
+        cap = node_capacity(session.snapshot, req)
+        for f in bounds:
+            out = cast(NodeBound, f).excluded(session, task)
+            if out is not None:
+                cap = np.where(out, 0, cap)
+        total += min(n, int(cap.sum()))
     return total
 
 

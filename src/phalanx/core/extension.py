@@ -92,6 +92,18 @@ class ClassKeyed(Protocol):
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None: ...
 
 
+class NodeBound(Protocol):
+    """A filter that rules out whole nodes for a task whatever they have free.
+
+    `excluded` returns the nodes (array positions) the filter's `keep` would refuse the task on
+    this cycle, or None when it refuses none outright. Bounds on free capacity
+    (`phalanx.actions.gang.upper_bound` with `filtered`) leave those nodes out, so that a what-if
+    does not try a placement the filter is bound to refuse.
+    """
+
+    def excluded(self, session: Session, task: Task) -> BoolArray | None: ...
+
+
 class DeviceSelector(Protocol):
     name: str
 

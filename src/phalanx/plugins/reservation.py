@@ -39,6 +39,11 @@ class ReservationFilter:
         """Off, or on with this reservation (compared by identity): then a node is in it or not."""
         return self.applies(session, task) or ()
 
+    def excluded(self, session: Session, task: Task) -> BoolArray | None:
+        """The reserved nodes, when the reservation keeps this task off them (`NodeBound`)."""
+        r = self.applies(session, task)
+        return None if r is None else r.nodes
+
     def keep(self, ctx: PlacementContext) -> BoolArray:
         r = self.applies(ctx.session, ctx.task)
         n = len(ctx.candidates)
