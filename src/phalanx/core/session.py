@@ -56,23 +56,35 @@ class Session:
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
         self.memo: dict[object, object] = {}
         self._classes: PlacementClasses | None = None
+        self._order_memo: tuple[str, dict[str, tuple[object, ...]]] | None = None
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
-        """Profile order, then age, then name; memoised when every order plugin is static."""
-        static = all(getattr(o, "static", False) for o in self.profile.order)
-        memo = ("order", self.profile.name) if static else None
-        if memo is not None:
-            cached = e.cache.get(memo)
-            if cached is not None:
-                return cached  # type: ignore[return-value]
+        """Profile order, then age, then name; memoised in the entry when every order plugin is
+        static, and for the cycle when each is static or says its key holds for a cycle
+        (`cycle_static`: attained service and run time move only between cycles)."""
+        if self._order_memo is None:
+            order = self.profile.order
+            static = all(getattr(o, "static", False) for o in order)
+            cycle = all(getattr(o, "static", False) or getattr(o, "cycle_static", False) for o in order)
+            self._order_memo = ("entry" if static else "cycle" if cycle else "none", {})
+        how, keys = self._order_memo
+        cached: object = None
+        if how == "entry":
+            cached = e.cache.get(("order", self.profile.name))
+        elif how == "cycle":
+            cached = keys.get(e.name)
+        if isinstance(cached, tuple):
+            return cached
         parts: list[object] = []
         for o in self.profile.order:
             parts.extend(o.key(self, e))
         parts.extend((e.workload.creation_time, e.name))
         key = tuple(parts)
-        if memo is not None:
-            e.cache[memo] = key
+        if how == "entry":
+            e.cache[("order", self.profile.name)] = key
+        elif how == "cycle":
+            keys[e.name] = key
         return key
 
     def ordered_pending(self) -> list[WorkloadEntry]:

@@ -32,6 +32,11 @@ class LasOrder:
     name = "las"
     static = False
 
+    @property
+    def cycle_static(self) -> bool:
+        """Attained service moves only between cycles; a place in a level's list may move in one."""
+        return self.within == "arrival"
+
     def __init__(self, thresholds: list[float] | None = None, within: str = "arrival") -> None:
         self.thresholds = sorted(thresholds if thresholds is not None else [3600.0, 36_000.0])
         if any(t <= 0 for t in self.thresholds):
@@ -92,6 +97,7 @@ class SrtfOrder:
 
     name = "srtf"
     static = False
+    cycle_static = True  # run time executed moves only between cycles
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
         est = entry.workload.estimated_runtime
