@@ -128,6 +128,33 @@ def test_pod_group_preemption_and_runtime_fields_win_over_pod_annotations():
     assert "spec.preemptible" in bad.problems[0] and "true or false" in bad.problems[0]
 
 
+def test_the_latest_reported_checkpoint_among_the_pods_is_the_workloads(caplog):
+    """`phalanx.io/last-checkpoint` (RFC 3339, written by the job): the latest among the gang's pods;
+    one that is not a time with an offset is logged, naming the pod, and left out."""
+
+    def group(*values):
+        pods = []
+        for k, v in enumerate(values):
+            notes = {"phalanx.io/pod-group": "pg", "phalanx.io/checkpoint-interval": "600"}
+            if v is not None:
+                notes["phalanx.io/last-checkpoint"] = v
+            pods.append(parse_pod(pod(f"w{k}", gpus=1, annotations=notes), CFG))
+        (g,) = group_pods(pods, [pod_group("pg", len(values))])
+        return workload_of(g, "default")
+
+    assert group(None, None).last_checkpoint is None
+    w = group("2026-12-01T10:00:00Z", "2026-12-01T10:30:00+00:00", None)
+    assert w.last_checkpoint == 1_796_121_000.0  # 10:30 UTC, the later one
+    assert w.checkpoint_interval == 600.0
+    caplog.set_level("WARNING", logger="phalanx.k8s.read.groups")
+    bad = group("yesterday", "2026-12-01T10:00:00", "2026-12-01T09:00:00-01:00")
+    assert bad.last_checkpoint == 1_796_119_200.0  # 09:00 at -01:00 is 10:00 UTC
+    logged = caplog.text
+    assert "default/w0" in logged and "'yesterday'" in logged  # not a time
+    assert "default/w1" in logged  # no offset: whose clock is unknown
+    assert "default/w2" not in logged
+
+
 def test_queue_dialects_and_bad_queues_are_left_out():
     objs = [
         queue("research", 8),

@@ -227,3 +227,48 @@ def test_victims_are_held_until_their_checkpoints_line_up() -> None:
     # with a 120 s window: at 401 s a1 is 101 s past its checkpoint at 300, a3 1 s past 400
     assert aligned(150.0, 150.0, [a1, a3], 120.0) == pytest.approx(401.0)
     session.close()
+
+
+def test_a_reported_checkpoint_sets_the_phase_of_the_guard_and_of_the_lost_work() -> None:
+    """`Workload.last_checkpoint` (Kubernetes: `phalanx.io/last-checkpoint`): checkpoints count
+    from the reported one, not from the bind, for the window and for the work an eviction loses."""
+    from dataclasses import replace
+
+    from phalanx.actions.evict import lost_work, since_checkpoint
+    from phalanx.core.session import Session
+
+    profile = queues_profile({"checkpoint_window": 30})
+    # bind at 0, interval 300: checkpoints at 4,200 and 4,500 by the bind's clock, and b1 comes at 4,300
+    for last, now_ago, due in ((None, 100.0, 4501.0), (4290.0, 10.0, None), (4100.0, 200.0, 4401.0)):
+        snap = Snapshot(node(4), queues=two_teams())
+        for name in ("a1", "a2"):
+            w = JobSpec(name, 0.0, 6000.0, 2, queue="a").workload(300.0)
+            snap.add_workload(replace(w, last_checkpoint=last))
+        run_cycle(snap, profile, 0.0, np.random.default_rng(0), apply=True)
+        a1 = snap.workloads["a1"]
+        assert since_checkpoint(4300.0, a1) == pytest.approx(now_ago)
+        session = Session(snap, profile, 4300.0, np.random.default_rng(0))
+        assert lost_work(session, a1, tuple(a1.bound.values())) == pytest.approx(2 * now_ago)
+        session.close()
+        snap.add_workload(JobSpec("b1", 4300.0, 6000.0, 2, queue="b").workload(300.0))
+        result = run_cycle(snap, profile, 4300.0, np.random.default_rng(0))
+        if due is None:  # just past the reported checkpoint: reclaimed at once
+            assert {e.by for e in result.evictions} == {"b1"}
+        else:
+            assert not result.evictions
+            (pending,) = [p for p in result.pending if p.workload == "b1"]
+            held = [h.until for h in pending.holds if h.guard == CHECKPOINT]
+            assert held and all(u == pytest.approx(due) for u in held), (last, held)
+
+
+def test_a_reported_checkpoint_from_before_the_run_or_in_the_future_is_bounded() -> None:
+    from dataclasses import replace
+
+    from phalanx.actions.evict import since_checkpoint
+
+    profile = queues_profile({})
+    for last, ago in ((-50.0, 100.0), (5000.0, 0.0)):  # before the bind at 0: the bind counts
+        snap = Snapshot(node(4))
+        snap.add_workload(replace(JobSpec("a1", 0.0, 6000.0, 2).workload(300.0), last_checkpoint=last))
+        run_cycle(snap, profile, 0.0, np.random.default_rng(0), apply=True)
+        assert since_checkpoint(4300.0, snap.workloads["a1"]) == pytest.approx(ago)

@@ -55,15 +55,25 @@ def run_start(entry: WorkloadEntry) -> float:
     return min(a.since for a in entry.bound.values())
 
 
+def checkpoint_origin(entry: WorkloadEntry) -> float:
+    """Where the running workload's checkpoint clock starts: its last reported checkpoint
+    (`Workload.last_checkpoint`) if that falls in this run, else when its last task was bound
+    (a gang runs once all are up)."""
+    bound = max(a.since for a in entry.bound.values())
+    last = entry.workload.last_checkpoint
+    return last if last is not None and last >= bound else bound
+
+
 def since_checkpoint(now: float, entry: WorkloadEntry) -> float | None:
     """Seconds since the running workload's last checkpoint (None: it does not checkpoint).
 
-    Checkpoints count from when its last task was bound: a gang runs once all are up.
+    Checkpoints come every `checkpoint_interval` from `checkpoint_origin`: a reported one sets
+    the phase, and one due since is taken to have happened (the report may lag a cycle).
     """
     interval = entry.workload.checkpoint_interval
     if not interval > 0 or not entry.bound:
         return None
-    ran = now - max(a.since for a in entry.bound.values())
+    ran = max(0.0, now - checkpoint_origin(entry))
     return ran - math.floor(ran / interval) * interval
 
 
@@ -76,12 +86,14 @@ def repeated_until(session: Session, entry: WorkloadEntry, shape: object, window
 
 
 def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, ...]) -> float:
-    """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown)."""
+    """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown;
+    since the reported one, `Workload.last_checkpoint`, when that falls in the task's run)."""
     now = session.clock
     interval = entry.workload.checkpoint_interval
+    reported = entry.workload.last_checkpoint
     total = 0.0
     for a in allocs:
-        since = a.since
+        since = a.since if reported is None or reported < a.since else min(reported, now)
         last = since + math.floor((now - since) / interval) * interval if interval > 0 else since
         gpus = (
             len(a.devices.gpus) * a.devices.milli / 1000

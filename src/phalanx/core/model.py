@@ -373,6 +373,9 @@ class Workload:
     topology: TopologyConstraint | None = None
     # seconds between the workload's checkpoints (0: unknown, a restart loses all work since start)
     checkpoint_interval: float = 0.0
+    # when it last reported a checkpoint (snapshot clock; None: never, or not reported): the phase
+    # of its checkpoint clock, which otherwise counts from when its last task was bound
+    last_checkpoint: float | None = None
     # expected run time, for backfilling onto reserved capacity and shortest-remaining-first
     estimated_runtime: float | None = None
     # admitted by another system that owns its quota (Kueue): quota admission does not apply
@@ -402,6 +405,8 @@ class Workload:
             raise SpecError("creation_time", "creation time must be a number")
         if not self.checkpoint_interval >= 0:
             raise SpecError("checkpoint_interval", f"must be >= 0 seconds, got {self.checkpoint_interval}")
+        if self.last_checkpoint is not None and not math.isfinite(self.last_checkpoint):
+            raise SpecError("last_checkpoint", f"must be a time, got {self.last_checkpoint}")
         if self.estimated_runtime is not None and not self.estimated_runtime > 0:
             raise SpecError("estimated_runtime", f"must be > 0 seconds, got {self.estimated_runtime}")
         if self.subgroups:

@@ -32,6 +32,7 @@ POD_GROUP = "phalanx.io/pod-group"
 MIN_AVAILABLE = "phalanx.io/min-available"
 PREEMPTIBLE = "phalanx.io/preemptible"
 CHECKPOINT_INTERVAL = "phalanx.io/checkpoint-interval"
+LAST_CHECKPOINT = "phalanx.io/last-checkpoint"  # pod annotation, RFC 3339: written by the job
 ESTIMATED_RUNTIME = "phalanx.io/estimated-runtime"
 DATASET = "phalanx.io/dataset"
 TOPOLOGY_LEVEL = "phalanx.io/topology-level"

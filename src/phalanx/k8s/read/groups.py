@@ -15,7 +15,9 @@ members than its minimum (pods still being created, say) waits for them (`Group.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from phalanx.core.errors import SpecError
@@ -25,6 +27,8 @@ from phalanx.k8s.read import native
 from phalanx.k8s.read.contain import describe
 from phalanx.k8s.read.pods import PodInfo, timestamp
 from phalanx.spec.quantity import whole_number
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -372,12 +376,54 @@ def workload_of(g: Group, queue: str) -> Workload:
         checkpoint_interval=g.checkpoint_interval
         or _seconds(notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}")
         or 0.0,
+        last_checkpoint=last_checkpoint(g.pods),
         estimated_runtime=g.estimated_runtime
         or _seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
         quota_exempt=g.exempt,
         subgroups=subgroups,
         preempt_whole=g.preempt_whole,
     )
+
+
+def last_checkpoint(pods: list[PodInfo]) -> float | None:
+    """The latest `phalanx.io/last-checkpoint` among the pods (any rank may report it).
+
+    A value that is not an RFC 3339 time is logged, naming the pod, and left out: the workload
+    is scheduled as if it had not reported (its checkpoints counted from its bind), not dropped.
+    """
+    out: float | None = None
+    for p in pods:
+        text = p.annotations.get(keys.LAST_CHECKPOINT)
+        if text is None:
+            continue
+        at = _instant(text)
+        if at is None:
+            if len(_warned) > 10_000:
+                _warned.clear()
+            if (p.key, text) not in _warned:
+                _warned.add((p.key, text))
+                log.warning(
+                    "pod %s: annotation %s is not an RFC 3339 time with an offset (%r); "
+                    "its checkpoints count from its bind",
+                    p.key,
+                    keys.LAST_CHECKPOINT,
+                    text[:64],
+                )
+            continue
+        out = at if out is None else max(out, at)
+    return out
+
+
+_warned: set[tuple[str, str]] = set()  # bad last-checkpoint values already logged (once each)
+
+
+def _instant(text: str) -> float | None:
+    """RFC 3339 time ("2026-12-01T10:00:00Z", an offset required) -> epoch seconds; None if not one."""
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return t.timestamp() if t.tzinfo is not None else None
 
 
 def _seconds(text: str | None, where: str) -> float | None:
