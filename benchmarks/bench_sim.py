@@ -19,7 +19,9 @@ import dataclasses
 import math
 import multiprocessing as mp
 import resource
+import sys
 import time
+from collections.abc import Callable
 from importlib import resources as package_files
 from pathlib import Path
 
@@ -199,8 +201,26 @@ def tenancy_input(trace: str, limit: int, load: float) -> list[tuple[str, list, 
     return out
 
 
+def progress_printer(label: str, every: float = 0.05) -> Callable[[int, int], None]:
+    """A replay `progress` callback: one stderr line each `every` of the jobs finished (long replays)."""
+    t0, step = time.perf_counter(), [0]
+
+    def show(done: int, total: int) -> None:
+        if total and done >= (step[0] + 1) * every * total:
+            step[0] = int(done / (every * total))
+            took = time.perf_counter() - t0
+            print(f"{label}: {done:,}/{total:,} jobs done, {took:,.0f} s", file=sys.stderr)
+
+    return show
+
+
 def tenancy(
-    limit: int = 0, ablate: str = "", only: str = "", trace: str = "gavel", load: float = 1.0
+    limit: int = 0,
+    ablate: str = "",
+    only: str = "",
+    trace: str = "gavel",
+    load: float = 1.0,
+    progress: bool = False,
 ) -> None:
     """Tenants as queues with equal deserved GPUs and no limits (see `tenancy_input`)."""
     inputs = tenancy_input(trace, limit, load)
@@ -224,11 +244,12 @@ def tenancy(
     for profile in profiles:
         t = time.perf_counter()
         sums = dict.fromkeys(keys, 0.0)
-        for _, jobs, nodes, levels in inputs:
+        for label, jobs, nodes, levels in inputs:
             vcs = sorted({j.queue for j in jobs})
             share = len(nodes[0].gpus) * len(nodes) * 1000 / len(vcs)
             tree = QueueTree(Queue(v, quotas={"gpu": ResourceQuota(share)}) for v in vcs)
-            s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree).summary()
+            show = progress_printer(f"{profile.name} {label}") if progress else None
+            s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree, progress=show).summary()
             for k in keys:
                 v = float(s[k])
                 sums[k] += 0.0 if math.isnan(v) else v / len(inputs)
@@ -252,6 +273,7 @@ def main() -> None:
     ap.add_argument("--profiles", default="", help="tenancy: only these profiles (comma-separated)")
     ap.add_argument("--trace", choices=["gavel", "pollux"], default="gavel", help="tenancy: which trace")
     ap.add_argument("--load", type=float, default=1.0, help="tenancy: arrival rate scale (< 1: lighter)")
+    ap.add_argument("--progress", action="store_true", help="tenancy: a line on stderr every 5 %% of jobs")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -264,7 +286,7 @@ def main() -> None:
     elif args.what == "speed":
         speed()
     elif args.what == "tenancy":
-        tenancy(args.limit, args.ablate, args.profiles, args.trace, args.load)
+        tenancy(args.limit, args.ablate, args.profiles, args.trace, args.load, args.progress)
     else:
         replays()
 
