@@ -222,3 +222,32 @@ def test_the_filtered_bound_leaves_out_reserved_nodes_and_never_undercounts_a_pl
         st = session.statement()
         assert _place_gang(session, entry, tasks, outer=st, explain=False).placed is placed, name
         st.discard()
+
+
+def test_a_reservation_waits_for_min_wait_before_it_holds_nodes_back():
+    """`reserve: {min_wait}`: until the big gang has waited that long it competes like the others
+    (the long job takes the free GPU); after, the reserved node is kept for it (long waits)."""
+    reserve = {"name": "reserve", "args": {"min_gpus": 4, "min_wait": 5}}  # 0: late is kept off at once
+    sc = Scenario(nodes(1), profile=profile([reserve, "allocate", "backfill"], filters=["reservation"]))
+    sc.add(make_workload("run").podset("p", gpu=2).runtime(50).build())
+    sc.cycle()  # t=1
+    sc.add(make_workload("big").podset("p", gpu=4).created(1).build())
+    sc.add(make_workload("early").podset("p", gpu=1).runtime(500).created(2).build())
+    sc.cycle()  # t=2: big has waited 1 s, no reservation yet
+    assert sc.bound("early") == 1
+    sc.complete("early")
+    for _ in range(4):
+        sc.cycle()  # t=3..6: nothing else waits; 2 GPUs stay free
+    sc.add(make_workload("late").podset("p", gpu=1).runtime(500).created(6).build())
+    sc.cycle()  # t=7: big has waited 6 s: the node is reserved for it, late would end after it is due
+    assert sc.bound("late") == 0
+    assert "reserved for big" in " ".join(r.message for r in sc.pending("late").reasons)
+
+
+def test_min_wait_must_not_be_negative():
+    import pytest
+
+    from phalanx.core.errors import SpecError
+
+    with pytest.raises(SpecError, match="min_wait"):
+        profile([{"name": "reserve", "args": {"min_wait": -1}}])

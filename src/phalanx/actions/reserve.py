@@ -4,7 +4,9 @@ The oldest pending gang asking for at least `min_gpus` GPUs is the head. From th
 tasks' expected ends (start + `estimated_runtime`; unknown means never), we find the earliest
 time its tasks fit and the nodes that give it. Until then, other workloads may use those
 nodes only if they will finish before that time (the `reservation` filter), so the big gang
-is never starved by a stream of small ones.
+is never starved by a stream of small ones. With `min_wait`, only a head that has waited that
+many seconds gets nodes earmarked: before that it competes in the workload order like any other,
+and the nodes it would hold back keep working.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from phalanx.core.session import Reservation, Session
 class Reserve:
     name = "reserve"
 
-    def __init__(self, min_gpus: int = 8) -> None:
+    def __init__(self, min_gpus: int = 8, min_wait: float = 0.0) -> None:
+        if not min_wait >= 0:
+            raise ValueError("min_wait must be >= 0 seconds")
         self.min_gpus = min_gpus
+        self.min_wait = min_wait
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
@@ -37,6 +42,8 @@ class Reserve:
         if not heads:
             return
         head = min(heads, key=lambda e: (e.workload.creation_time, e.name))
+        if self.min_wait and session.clock - head.workload.creation_time < self.min_wait:
+            return  # the oldest has not waited long enough: nobody has
         gang, _ = gang_tasks(head)
         req = session.effective(gang[0].request)
         d = max(1, req.gpu.devices) if req.gpu.total_milli >= MILLI else 1
