@@ -261,14 +261,26 @@ def test_a_reported_checkpoint_sets_the_phase_of_the_guard_and_of_the_lost_work(
             assert held and all(u == pytest.approx(due) for u in held), (last, held)
 
 
-def test_a_reported_checkpoint_from_before_the_run_or_in_the_future_is_bounded() -> None:
+def test_a_reported_checkpoint_from_before_the_run_or_far_in_the_future_is_not_believed() -> None:
+    """Bound at 0, interval 300, now 4,300 s: by the bind's clock 100 s since a checkpoint."""
     from dataclasses import replace
 
-    from phalanx.actions.evict import since_checkpoint
+    from phalanx.actions.evict import REPORT_SKEW_S, lost_work, since_checkpoint
+    from phalanx.core.session import Session
 
     profile = queues_profile({})
-    for last, ago in ((-50.0, 100.0), (5000.0, 0.0)):  # before the bind at 0: the bind counts
+    cases = (
+        (-50.0, 100.0),  # before the bind: from an earlier run, the bind counts
+        (4300.0 + REPORT_SKEW_S / 2, 0.0),  # a little ahead (clocks differ): now
+        (4300.0 + 9 * HOUR, 100.0),  # hours ahead (local time written as UTC): not believed
+        (100.0, 0.0),  # long overdue: taken to checkpoint every interval since (4,300 = 100 + 14 x 300)
+    )
+    for last, ago in cases:
         snap = Snapshot(node(4))
         snap.add_workload(replace(JobSpec("a1", 0.0, 6000.0, 2).workload(300.0), last_checkpoint=last))
         run_cycle(snap, profile, 0.0, np.random.default_rng(0), apply=True)
-        assert since_checkpoint(4300.0, snap.workloads["a1"]) == pytest.approx(ago)
+        a1 = snap.workloads["a1"]
+        assert since_checkpoint(4300.0, a1) == pytest.approx(ago), last
+        session = Session(snap, profile, 4300.0, np.random.default_rng(0))
+        assert lost_work(session, a1, tuple(a1.bound.values())) == pytest.approx(2 * ago), last
+        session.close()

@@ -55,13 +55,27 @@ def run_start(entry: WorkloadEntry) -> float:
     return min(a.since for a in entry.bound.values())
 
 
-def checkpoint_origin(entry: WorkloadEntry) -> float:
-    """Where the running workload's checkpoint clock starts: its last reported checkpoint
-    (`Workload.last_checkpoint`) if that falls in this run, else when its last task was bound
-    (a gang runs once all are up)."""
-    bound = max(a.since for a in entry.bound.values())
+# a reported checkpoint later than the clock by more than this is not believed (a clock skew,
+# local time written as UTC): it would make the job look just checkpointed for hours
+REPORT_SKEW_S = 60.0
+
+
+def reported_checkpoint(entry: WorkloadEntry, now: float) -> float | None:
+    """The workload's reported last checkpoint, if it falls in this run (at or after its first
+    bind) and not after `now` beyond `REPORT_SKEW_S`; clamped to `now`."""
     last = entry.workload.last_checkpoint
-    return last if last is not None and last >= bound else bound
+    if last is None or not entry.bound or last > now + REPORT_SKEW_S:
+        return None
+    if last < min(a.since for a in entry.bound.values()):
+        return None  # from an earlier run: this one restarted since
+    return min(last, now)
+
+
+def checkpoint_origin(entry: WorkloadEntry, now: float) -> float:
+    """Where the running workload's checkpoint clock starts: its last reported checkpoint
+    (`reported_checkpoint`), else when its last task was bound (a gang runs once all are up)."""
+    last = reported_checkpoint(entry, now)
+    return last if last is not None else max(a.since for a in entry.bound.values())
 
 
 def since_checkpoint(now: float, entry: WorkloadEntry) -> float | None:
@@ -73,7 +87,7 @@ def since_checkpoint(now: float, entry: WorkloadEntry) -> float | None:
     interval = entry.workload.checkpoint_interval
     if not interval > 0 or not entry.bound:
         return None
-    ran = max(0.0, now - checkpoint_origin(entry))
+    ran = max(0.0, now - checkpoint_origin(entry, now))
     return ran - math.floor(ran / interval) * interval
 
 
@@ -86,15 +100,24 @@ def repeated_until(session: Session, entry: WorkloadEntry, shape: object, window
 
 
 def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, ...]) -> float:
-    """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown;
-    since the reported one, `Workload.last_checkpoint`, when that falls in the task's run)."""
+    """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown).
+
+    Checkpoints come every interval from each task's bind, or, when the workload reported one
+    (`reported_checkpoint`), every interval from that; a task bound after the last of them
+    loses what it did since its bind.
+    """
     now = session.clock
     interval = entry.workload.checkpoint_interval
-    reported = entry.workload.last_checkpoint
+    reported = reported_checkpoint(entry, now) if entry.bound else None
+    if reported is not None and interval > 0:
+        reported += math.floor((now - reported) / interval) * interval
     total = 0.0
     for a in allocs:
-        since = a.since if reported is None or reported < a.since else min(reported, now)
-        last = since + math.floor((now - since) / interval) * interval if interval > 0 else since
+        if reported is not None:
+            last = max(a.since, reported)
+        else:
+            since = a.since
+            last = since + math.floor((now - since) / interval) * interval if interval > 0 else since
         gpus = (
             len(a.devices.gpus) * a.devices.milli / 1000
             if a.devices.mig is None
@@ -306,7 +329,8 @@ def _attempt(
 
     def fits() -> set[int] | None:
         # the filtered bound skips tries a filter is bound to refuse (e.g. room only on reserved
-        # nodes); the plain bound below decides when to try, so the tries are those as without it
+        # nodes); the plain bound below decides when to try, so the tries and their outcomes are
+        # those as without it (a profile that draws random numbers draws fewer: other draws later)
         if upper_bound(session, tasks, filtered=True) < len(tasks):
             return None
         if session.admit(preemptor, tasks) is not None:

@@ -112,7 +112,7 @@ def aligned(now: float, lower: float, needed: list[Victim], window: float) -> fl
     """The first time from `lower` (within one checkpoint interval) when every workload in `needed`
     that checkpoints is at most `window` seconds past a checkpoint; None if there is none."""
     ticks = [
-        (checkpoint_origin(v.entry), v.entry.workload.checkpoint_interval)
+        (checkpoint_origin(v.entry, now), v.entry.workload.checkpoint_interval)
         for v in needed
         if v.entry.bound and v.entry.workload.checkpoint_interval > 0
     ]
