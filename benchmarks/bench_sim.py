@@ -203,11 +203,12 @@ def tenancy_input(trace: str, limit: int, load: float) -> list[tuple[str, list, 
 
 def progress_printer(label: str, every: float = 0.05) -> Callable[[int, int], None]:
     """A replay `progress` callback: one stderr line each `every` of the jobs finished (long replays)."""
-    t0, step = time.perf_counter(), [0]
+    t0, step = time.perf_counter(), [1]
 
     def show(done: int, total: int) -> None:
-        if total and done >= (step[0] + 1) * every * total:
-            step[0] = int(done / (every * total))
+        if total and done >= math.ceil(step[0] * every * total):
+            while done >= math.ceil(step[0] * every * total):
+                step[0] += 1
             took = time.perf_counter() - t0
             print(f"{label}: {done:,}/{total:,} jobs done, {took:,.0f} s", file=sys.stderr)
 
