@@ -250,3 +250,37 @@ def test_a_preemption_refused_by_a_disruption_budget_is_told_to_the_preemptor(ku
     assert "preempt: the eviction of default/low was refused: Cannot evict pod" in text, text
     assert "disruption budget" in text and "no known end" in text, text
     assert not kube.node_of("high")
+
+
+def test_time_slicing_waits_for_the_checkpoint_the_job_reports(kube: Kube) -> None:
+    """The default time-slices a long job of a higher LAS level only just after a checkpoint. By
+    its bind's clock (started 6.5 h ago, checkpoints every hour) the next one is 30 minutes away;
+    once the job reports one (`phalanx.io/last-checkpoint`) whose next is due in seconds, the
+    watch brings the annotation in and the job is evicted then."""
+    kube.api.create("nodes", node("n0", gpus=2))
+    every = {"phalanx.io/checkpoint-interval": "3600"}
+    kube.create(pod("old", gpus=2, annotations=every))
+    with running(kube, profile="phalanx-queues"):
+        wait_for("old bound", lambda: kube.node_of("old"), timeout=20)
+        started = time.time() - 6.5 * 3600  # 13 GPU-hours: past the first LAS level, past the 4 h quantum
+        kube.run_pod("old", started_at=started)
+        kube.create(pod("new", gpus=2))
+
+        def said() -> str:
+            return " ".join(m for _, r, m in typed_events(kube, "new") if r == "FailedScheduling")
+
+        text = wait_for("new told it waits for a checkpoint", lambda: "checkpoint" in said() and said(), 30)
+        assert "just after a checkpoint (window 10 s)" in text, text
+        assert not kube.pods()["old"]["metadata"].get("deletionTimestamp")
+        reported = time.time() - 3600 + 3  # the next checkpoint by the report: 3 s from now
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reported))
+        kube.api.patch_pod_annotations("default", "old", {"phalanx.io/last-checkpoint": at})
+        wait_for(
+            "old evicted just after its reported checkpoint",
+            lambda: kube.pods()["old"]["metadata"].get("deletionTimestamp"),
+            timeout=30,
+        )
+        events = wait_for(
+            "the Preempted Event", lambda: [m for _, r, m in typed_events(kube, "old") if r == "Preempted"]
+        )
+    assert any("default/new" in m for m in events), events
