@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# what weed mini says when a port it was given is taken by the time it binds it
+PORT_TAKEN = ("Port allocation failed", "address already in use")
+
 
 def free_port() -> int:
     return free_ports(1)[0]
@@ -88,7 +91,7 @@ class S3Server:
             try:
                 return self._start(timeout)
             except RuntimeError as e:
-                if "Port allocation failed" not in str(e):
+                if not any(taken in str(e) for taken in PORT_TAKEN):
                     raise
         return self._start(timeout)
 
