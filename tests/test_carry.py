@@ -200,13 +200,17 @@ def test_the_carried_snapshot_is_the_snapshot_built_from_scratch(seed: int, prof
     assert kept > 10
 
 
+def _settled(seed: int, nodes: int, events: int) -> tuple[Cluster, AdapterConfig, Translations, Carry]:
+    """A cluster after `events` random events, without queues, and a fresh carry to read it with."""
+    c = Cluster(random.Random(seed), nodes=nodes, queues=False)
+    for _ in range(events):
+        c.event()
+    return c, AdapterConfig(), Translations(), Carry()
+
+
 def test_a_quiet_cycle_records_no_node() -> None:
     """Nothing changed since the last cycle: no node is recorded anew, the same snapshot is used."""
-    rng = random.Random(1)
-    c = Cluster(rng, nodes=20, queues=False)
-    for _ in range(40):
-        c.event()
-    cfg, memo, carry = AdapterConfig(), Translations(), Carry()
+    c, cfg, memo, carry = _settled(seed=1, nodes=20, events=40)
     first = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry)
     again = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry)
     assert again.snapshot is first.snapshot
@@ -219,11 +223,7 @@ def test_a_quiet_cycle_records_no_node() -> None:
 def test_dra_objects_turn_the_carry_off_and_it_starts_afresh_after() -> None:
     """Claims hold devices across nodes: with any DRA object the snapshot is built each cycle, and
     the one kept from before is not used again once they are gone."""
-    rng = random.Random(2)
-    c = Cluster(rng, nodes=4, queues=False)
-    for _ in range(20):
-        c.event()
-    cfg, memo, carry = AdapterConfig(), Translations(), Carry()
+    c, cfg, memo, carry = _settled(seed=2, nodes=4, events=20)
     first = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry)
     dra = DraObjects(classes=[{"metadata": {"name": "gpu.example.com"}, "spec": {}}])
     with_dra = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, dra=dra, carry=carry)

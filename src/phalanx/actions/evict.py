@@ -108,7 +108,7 @@ def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, 
     """
     now = session.clock
     interval = entry.workload.checkpoint_interval
-    reported = reported_checkpoint(entry, now) if entry.bound else None
+    reported = reported_checkpoint(entry, now)
     if reported is not None and interval > 0:
         reported += math.floor((now - reported) / interval) * interval
     total = 0.0
