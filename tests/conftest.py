@@ -159,7 +159,9 @@ def http_source(tmp_path):
         def log_message(self, *args):  # the test output stays readable
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    from quiet_http import QuietServer
+
+    srv = QuietServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield root, f"http://127.0.0.1:{srv.server_address[1]}"

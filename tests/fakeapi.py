@@ -19,9 +19,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from quiet_http import QuietServer
 
 # plural -> (namespaced, kind)
 CORE = {
@@ -95,8 +97,7 @@ class FakeApi:
     def __post_init__(self) -> None:
         self.lock = threading.Condition()
         handler = type("Handler", (_Handler,), {"api": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer(("127.0.0.1", 0), handler)  # watches cut at a test's end: no traceback
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

@@ -252,7 +252,7 @@ def test_the_same_inputs_after_a_cycle_that_changed_nothing_give_the_same_world(
     third = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry, stamp=c.rv)
     assert third is not first and carry.reused == 1
     victim = next(p for p in c.pods if p["spec"].get("nodeName"))
-    victim["metadata"]["deletionTimestamp"] = "evicted"  # as the scheduler assumes an eviction: no end
+    victim["metadata"]["deletionTimestamp"] = "evicted"  # a value the read cannot parse: no known end
     c.changed(victim)
     bound = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry, stamp=c.rv)
     assert bound.time_bound  # gone by "now" at the latest: the clock was read

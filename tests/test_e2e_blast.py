@@ -21,6 +21,7 @@ from phalanx.k8s import certs
 from phalanx.k8s.admission.webhook import WEBHOOK_CONFIG
 from phalanx.k8s.client.api import ApiError
 from phalanx.k8s.client.kinds import WEBHOOK_CONFIGS
+from quiet_http import QuietServer
 
 pytestmark = pytest.mark.e2e
 SLOW_S = 30.0  # far longer than the chart's timeoutSeconds
@@ -32,17 +33,17 @@ def slow_webhook(kube: Kube, tmp_path: Path) -> Iterator[list[float]]:
     ca = certs.make_ca("slow-ca")
     crt, key = certs.issue(ca, "slow", server_names=("127.0.0.1",)).write(tmp_path, "slow")
     calls: list[float] = []
+    release = threading.Event()  # set at the end: no handler outlives the test
 
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             calls.append(time.monotonic())
-            time.sleep(SLOW_S)
+            release.wait(SLOW_S)
 
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    srv.daemon_threads = True
+    srv = QuietServer(("127.0.0.1", 0), Slow)  # the API server gives up on it: no traceback
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(crt), str(key))
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
@@ -58,7 +59,9 @@ def slow_webhook(kube: Kube, tmp_path: Path) -> Iterator[list[float]]:
         yield calls
     finally:
         kube.api.delete(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
+        release.set()
         srv.shutdown()
+        srv.server_close()
 
 
 def test_a_slow_webhook_holds_up_only_phalanx_pods(kube: Kube, slow_webhook: list[float]) -> None:

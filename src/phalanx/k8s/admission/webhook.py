@@ -161,7 +161,7 @@ class Webhook:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         self.refresh()
-        self.server = ThreadingHTTPServer((host, port), _handler(cfg))
+        self.server = _Server((host, port), _handler(cfg))
         self.server.daemon_threads = True
         self.server.socket = self.ctx.wrap_socket(
             self.server.socket, server_side=True, do_handshake_on_connect=False
@@ -196,6 +196,13 @@ class Webhook:
                 log.exception("could not refresh the serving certificate")
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (the API server gives up after timeoutSeconds) or failed its TLS
+        handshake: one line at debug, not a traceback on stderr."""
+        log.debug("connection from %s ended badly", client_address, exc_info=True)
 
 
 def _path(target: str) -> str:

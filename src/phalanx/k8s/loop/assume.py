@@ -9,11 +9,23 @@ devices given away. An assumption ends when the watch catches up, or after `ttl`
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.core.decisions import Bind
 from phalanx.k8s.read.devices import encode
 from phalanx.k8s.read.translations import ASSUMED
+
+DEFAULT_GRACE_S = 30  # the API server's default terminationGracePeriodSeconds
+
+
+def grace_end(pod: dict[str, Any], evicted_at: float) -> str:
+    """The deletionTimestamp the API server writes for an eviction at `evicted_at`: that time plus
+    the pod's grace period, in whole seconds as the API serializes it."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    seconds = grace if isinstance(grace, int) and grace >= 0 else DEFAULT_GRACE_S
+    end = datetime.fromtimestamp(int(evicted_at) + seconds, tz=UTC)
+    return end.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Assumptions:
@@ -48,10 +60,12 @@ class Assumptions:
                     del self.gone[key]
                 elif not (p.get("metadata") or {}).get("deletionTimestamp"):
                     # evicted, the watch does not show it yet: it still holds its devices until it is
-                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating
+                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating,
+                    # until the end the API server gives it (without this, the pods of one eviction
+                    # the watch has and has not shown yet read as ending at different times)
                     p = copy.deepcopy(p)
                     p[ASSUMED] = True
-                    p.setdefault("metadata", {})["deletionTimestamp"] = "evicted"
+                    p.setdefault("metadata", {})["deletionTimestamp"] = grace_end(p, self.gone[key])
             hit = self.assumed.get(key)
             if hit is not None:
                 if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
