@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
@@ -269,6 +269,30 @@ class KitCluster:
         params = {"labelSelector": selector} if selector else None
         return list(self.api.request("GET", f"/api/v1/namespaces/{ns}/pods", params=params)["items"])
 
+    def report(self, ns: str) -> str:
+        """What a person would look at when a wait on `ns` timed out: its pods (phase, node,
+        containers' states), their logs' last lines, the namespace's Events, the leader's log."""
+        out = [self.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)]
+        for p in self.pods(ns):
+            name = p["metadata"]["name"]
+            states = [c.get("state") for c in (p.get("status") or {}).get("containerStatuses") or []]
+            out.append(f"--- {name}: {phase(p)} on {p['spec'].get('nodeName') or '-'}: {states}")
+            out.append(self.kubectl("logs", "-n", ns, name, "--tail=8", check=False).rstrip())
+        events = self.kubectl("get", "events", "-n", ns, "--sort-by=.lastTimestamp", check=False)
+        out.append("--- events:\n" + "\n".join(events.splitlines()[-25:]))
+        leader = self.lease_holder()
+        if leader:
+            tail = self.kubectl("logs", "-n", self.namespace, leader, "--tail=40", check=False)
+            out.append(f"--- scheduler {leader}:\n{tail.rstrip()}")
+        return "\n".join(out)
+
+    def wait(self, what: str, fn: Callable[[], Any], ns: str, timeout: float) -> Any:
+        """`wait_for`, whose timeout says what the namespace looked like then."""
+        try:
+            return wait_for(what, fn, timeout=timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.report(ns)}") from None
+
     def lease_holder(self, name: str = "phalanx-scheduler") -> str:
         lease = self.api.get_lease(self.namespace, name) or {}
         return str((lease.get("spec") or {}).get("holderIdentity") or "")
@@ -303,8 +327,9 @@ def kit_values() -> dict[str, Any]:
 
 
 @contextmanager
-def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterator[KitCluster]:
-    """A control plane (service-account tokens on, webhooks reached at pod IPs) and `nodes` kit nodes."""
+def require_kit() -> None:
+    """Skip (or fail, where the kit is required) unless real nodes can run: called before a module
+    starts anything of its own, so that a machine without the kit starts nothing."""
     if why := nodekit_missing():
         skip_or_fail(why)
     if not helm_bin():
@@ -313,6 +338,11 @@ def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterato
         find_assets()
     except Unavailable as e:
         skip_or_fail(f"no Kubernetes control plane: {e}")
+
+
+def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterator[KitCluster]:
+    """A control plane (service-account tokens on, webhooks reached at pod IPs) and `nodes` kit nodes."""
+    require_kit()
     image = image_archive()
     # PHALANX_KIT_LOCK: where several test runs share one machine's kit, one cluster at a time
     lock = os.environ.get("PHALANX_KIT_LOCK")

@@ -197,8 +197,8 @@ def test_gang_runs_whole_talks_over_the_pod_network_and_frees_its_gpus(clean: Ki
         gang(k, "first", 2, GPUS_PER_NODE, RENDEZVOUS)
         # the second gang does not fit while the first runs (2 x 4 GPUs on 2 x 4 GPUs)
         gang(k, "second", 2, GPUS_PER_NODE, RENDEZVOUS)
-        wait_for("the first gang ends", lambda: {"first-0", "first-1"} <= set(w.ended), timeout=90)
-        wait_for("the second gang ends", lambda: {"second-0", "second-1"} <= set(w.ended), timeout=90)
+        k.wait("the first gang ends", lambda: {"first-0", "first-1"} <= set(w.ended), NS, timeout=90)
+        k.wait("the second gang ends", lambda: {"second-0", "second-1"} <= set(w.ended), NS, timeout=90)
     finally:
         w.stop()
     for g in ("first", "second"):
@@ -225,9 +225,9 @@ def test_preemption_waits_for_the_victims_to_terminate(clean: KitCluster) -> Non
     w = Watch(k, NS, GPUS_PER_NODE)
     try:
         gang(k, "low", 2, GPUS_PER_NODE, CHECKPOINTS_ON_TERM, priority_class="train-low", grace=20)
-        wait_for("the low gang runs", lambda: {"low-0", "low-1"} <= set(w.running), timeout=60)
+        k.wait("the low gang runs", lambda: {"low-0", "low-1"} <= set(w.running), NS, timeout=60)
         gang(k, "high", 2, GPUS_PER_NODE, RENDEZVOUS, priority_class="train-high")
-        wait_for("the high gang ends", lambda: {"high-0", "high-1"} <= set(w.ended), timeout=120)
+        k.wait("the high gang ends", lambda: {"high-0", "high-1"} <= set(w.ended), NS, timeout=120)
     finally:
         w.stop()
     for v in ("low-0", "low-1"):
@@ -299,7 +299,7 @@ def test_leader_killed_mid_burst_the_other_takes_over_without_partial_gangs(clea
             gang(k, f"b{i}", 2, 1, "sleep 20")
         new = wait_for("a new leader", lambda: (h := k.lease_holder()) and h != leader and h, timeout=60)
         assert new in {p["metadata"]["name"] for p in k.pods(k.namespace, SCHEDULER)}
-        wait_for("4 gangs bound", lambda: len(w.bound) >= 8, timeout=60)
+        k.wait("4 gangs bound", lambda: len(w.bound) >= 8, NS, timeout=60)
         time.sleep(3)  # a few more cycles: nothing else may be bound while they run
         bound_now = dict(w.bound)
     finally:

@@ -50,7 +50,7 @@ import yaml
 
 import fake_sysfs
 from e2e_kube import wait_for
-from nodes_kube import CHART, KitCluster, RealNode, kit_cluster, kit_values, merge, skip_or_fail
+from nodes_kube import CHART, KitCluster, RealNode, kit_cluster, kit_values, merge, require_kit, skip_or_fail
 from phalanx.k8s import keys
 from phalanx.k8s.client.kinds import NODES, Kind
 from phalanx.k8s.config import AdapterConfig
@@ -161,6 +161,7 @@ def side() -> Iterator[Side]:
     from phalanx.node.objectstore import S3Server
     from phalanx.node.objectstore import Unavailable as NoWeed
 
+    require_kit()  # before SeaweedFS starts: without the kit, nothing is started
     fake = fake_folder()
     s3 = S3Server()
     s3_error: list[BaseException] = []
@@ -192,6 +193,7 @@ def side() -> Iterator[Side]:
             s.s3_error = str(s3_error[0]) if s3_error else "SeaweedFS did not start in 90 s"
             yield s
     finally:
+        s3_thread.join(120)  # a start still under way would race the stop (and leave weed running)
         s3.stop()
         stopped = True
         for p in kubelets:  # node-down.sh stops a restarted kubelet too (its PID is in DIR/pids)
