@@ -326,7 +326,6 @@ def kit_values() -> dict[str, Any]:
     return {"image": {"repository": IMAGE_NAME, "tag": "0.1.0", "pullPolicy": "Never"}}
 
 
-@contextmanager
 def require_kit() -> None:
     """Skip (or fail, where the kit is required) unless real nodes can run: called before a module
     starts anything of its own, so that a machine without the kit starts nothing."""
@@ -340,6 +339,7 @@ def require_kit() -> None:
         skip_or_fail(f"no Kubernetes control plane: {e}")
 
 
+@contextmanager
 def kit_cluster(nodes: int = 2, labels: dict[str, str] | None = None) -> Iterator[KitCluster]:
     """A control plane (service-account tokens on, webhooks reached at pod IPs) and `nodes` kit nodes."""
     require_kit()
