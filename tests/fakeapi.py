@@ -18,6 +18,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -93,6 +94,9 @@ class FakeApi:
     binds: dict[str, int] = field(default_factory=dict)  # successful binds per pod
     timeout_s: float = 2.0
     absent: set[str] = field(default_factory=set)  # API groups this server does not serve (no CRD)
+    # clients to close before the server goes (a scheduler left running by a failed assertion
+    # would otherwise retry its watches against nothing, and print so, long after its test)
+    clients: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.lock = threading.Condition()
@@ -109,6 +113,9 @@ class FakeApi:
         return self
 
     def stop(self) -> None:
+        for close in reversed(self.clients):
+            close()
+        self.clients.clear()
         self.drop_watches()
         self.server.shutdown()
         self.server.server_close()

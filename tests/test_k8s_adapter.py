@@ -36,6 +36,7 @@ def scheduler(fake: FakeApi, profile: str = "phalanx", identity: str = "a", **kw
         **kw,
     )
     s.start()
+    fake.clients.append(s.close)  # closed with the fake at the latest, even after a failed assertion
     assert s.wait_synced()
     return s
 
