@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from phalanx.actions import holds, subgroups
-from phalanx.actions.gang import gang_key, gang_tasks, place_gang
+from phalanx.actions.gang import gang_key, gang_tasks, place_gang, said
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -135,6 +135,7 @@ def no_room(session: Session, entry: WorkloadEntry) -> bool:
     outcome = session.no_room.get(key) if key is not None else None
     if outcome is None:
         return False
+    outcome = said(entry, gang_tasks(entry)[0], outcome)
     session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
     return True
 
