@@ -171,7 +171,11 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
             stmt.discard()
             left += 1
     if left:
-        session.set_pending(entry.name, f"{left} optional task(s) beyond min_available do not fit yet")
+        w = entry.workload
+        said_min = f" ({w.minimum_said})" if w.minimum_said else ""
+        session.set_pending(
+            entry.name, f"{left} optional {w.task_noun}(s) beyond the minimum{said_min} do not fit yet"
+        )
     else:
         session.pending.pop(entry.name, None)
     return True
