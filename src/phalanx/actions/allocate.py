@@ -136,6 +136,7 @@ def no_room(session: Session, entry: WorkloadEntry) -> bool:
     if outcome is None:
         return False
     outcome = said(entry, gang_tasks(entry)[0], outcome)
+    entry.cache["gang_outcome"] = outcome  # its parts, for a later cycle that reuses this reason
     session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
     return True
 
