@@ -83,11 +83,10 @@ def free(session: Session, tasks: list[Task], mask: BoolArray | None = None, whe
         if req.gpu.kind is GpuKind.WHOLE and not req.claims:
             continue
         cap = np.where(ready, node_capacity(s, req), 0)
-        room, nodes = int(np.minimum(cap, n).sum()), int((cap > 0).sum())
-        what = f"{each(req)} each" if n > 1 else each(req)
-        out.append(
-            f"room for {min(room, n)} of {n} ({what}) on {plural(nodes, 'node')}"
-            if room
-            else f"no room for {each(req)}"
-        )
+        room, nodes = min(int(np.minimum(cap, n).sum()), n), int((cap > 0).sum())
+        of = f" of {each(req)}" if len(reqs) > 1 else ""  # one shape: the sentence said it already
+        if not room:
+            out.append(f"no room for one{of}")
+        else:
+            out.append(f"room for {room if n == 1 else f'{room} of the {n}'}{of} on {plural(nodes, 'node')}")
     return ", ".join(out) + place
