@@ -31,9 +31,14 @@ def busy() -> dict[str, Any]:
     return p
 
 
-def reason(pods: list[dict[str, Any]], groups: list[dict[str, Any]], name: str) -> str:
+def reason(
+    pods: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    name: str,
+    jobs: dict[str, dict[str, Any]] | None = None,
+) -> str:
     """The text an Event, the PodGroup's condition and the dashboard carry for `name`."""
-    w = build_world([node("n0", gpus=4)], [busy(), *pods], groups, [], CFG, now=0.0)
+    w = build_world([node("n0", gpus=4)], [busy(), *pods], groups, [], CFG, now=0.0, jobs=jobs)
     assert name in w.snapshot.workloads, w.blocked
     r = run_cycle(w.snapshot, load_profile("phalanx"), 0.0, np.random.default_rng(0))
     assert not [b for b in r.binds if b.workload == name]
@@ -100,6 +105,13 @@ def test_a_kueue_pod_group_says_its_total_count() -> None:
     pods = [pod(f"p{i}", gpus=1, labels=labels, annotations=ann) for i in range(4)]
     text = reason(pods, [], "default/kg")
     flat(text, f"4 pods of 1 GPU each, all at once ({keys.KUEUE_GROUP_TOTAL} 4)")
+
+
+def test_a_jobs_pods_say_its_parallelism() -> None:
+    job = {"metadata": {"name": "train", "namespace": "default"}, "spec": {"parallelism": 4}, "status": {}}
+    pods = [pod(f"p{i}", gpus=1, owner=("Job", "train")) for i in range(4)]
+    text = reason(pods, [], "default/Job/train", jobs={"default/train": job})
+    flat(text, "4 pods of 1 GPU each, all at once (Job parallelism 4)")
 
 
 def test_a_gang_by_owner_or_by_annotation_says_its_pods() -> None:
