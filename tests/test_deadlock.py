@@ -36,7 +36,9 @@ def test_phalanx_runs_one_job_whole_and_the_other_waits_then_runs():
     winner, loser = ("job-a", "job-b") if sc.bound("job-a") == 4 else ("job-b", "job-a")
     p = last.pending_for(loser)
     assert p is not None
-    assert "gang of 4 tasks does not fit: 2 of 4 placed" in p.message
+    assert "4 tasks of 1 GPU each, all at once: 2 GPUs free on 1 node in the cluster; 2 of 4 placed" in (
+        p.message
+    )
     assert "insufficient free GPU (1 GPU) on 3 nodes" in p.message
     sc.complete(winner)
     sc.run()

@@ -218,7 +218,9 @@ def test_a_workload_that_never_starts_is_told_why_from_its_last_try():
     e.add_workload(make_workload("too-big").podset("p", 8, gpu=1).build())
     run_cycle(e, prof, 0.0, np.random.default_rng(0), apply=True)
     g = forecast(e, prof, 0.0)
-    assert g.unknown["too-big"].startswith("does not fit even when everything running has ended: gang of 8")
+    assert g.unknown["too-big"].startswith(
+        "does not fit even when everything running has ended: 8 tasks of 1 GPU each, all at once: "
+    )
 
 
 def test_working_out_holds_changes_no_decision(monkeypatch):

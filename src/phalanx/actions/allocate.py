@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from phalanx.actions import holds, subgroups
-from phalanx.actions.gang import gang_key, gang_tasks, place_gang
+from phalanx.actions.gang import gang_key, gang_tasks, place_gang, said
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -135,6 +135,8 @@ def no_room(session: Session, entry: WorkloadEntry) -> bool:
     outcome = session.no_room.get(key) if key is not None else None
     if outcome is None:
         return False
+    outcome = said(entry, gang_tasks(entry)[0], outcome)
+    entry.cache["gang_outcome"] = outcome  # its parts, for a later cycle that reuses this reason
     session.set_pending(entry.name, outcome.summary, outcome.reasons, unschedulable=True)
     return True
 
@@ -170,7 +172,11 @@ def allocate_workload(session: Session, entry: WorkloadEntry) -> bool:
             stmt.discard()
             left += 1
     if left:
-        session.set_pending(entry.name, f"{left} optional task(s) beyond min_available do not fit yet")
+        w = entry.workload
+        said_min = f" ({w.minimum_said})" if w.minimum_said else ""
+        session.set_pending(
+            entry.name, f"{left} optional {w.task_noun}(s) beyond the minimum{said_min} do not fit yet"
+        )
     else:
         session.pending.pop(entry.name, None)
     return True

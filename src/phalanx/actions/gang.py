@@ -8,6 +8,7 @@ from typing import cast
 import numpy as np
 
 from phalanx.actions import subgroups
+from phalanx.actions.said import asked, free, plural
 from phalanx.core.decisions import Reason
 from phalanx.core.extension import Domain, NodeBound
 from phalanx.core.feasibility import node_capacity
@@ -21,9 +22,25 @@ WHOLE_CLUSTER = Domain("cluster", "", None)
 
 @dataclass(frozen=True, slots=True)
 class GangOutcome:
+    """Whether the gang was placed; if not, why, in parts a workload of the same shape can reuse
+    with its own words (`said`): after what it asks, `scope` (its topology), `free`, `detail`."""
+
     placed: bool
     summary: str = ""
     reasons: tuple[Reason, ...] = ()
+    scope: str = ""
+    free: str = ""
+    detail: str = ""
+
+
+def said(entry: WorkloadEntry, tasks: list[Task], outcome: GangOutcome) -> GangOutcome:
+    """`outcome` (maybe found for another workload of the same shape) in `entry`'s own words."""
+    if outcome.placed or not (outcome.free or outcome.detail or outcome.scope):
+        return outcome
+    head = asked(entry, tasks) + outcome.scope
+    tail = "; ".join(x for x in (outcome.free, outcome.detail) if x)
+    summary = f"{head}: {tail}" if tail else head
+    return GangOutcome(False, summary, outcome.reasons, outcome.scope, outcome.free, outcome.detail)
 
 
 def gang_tasks(entry: WorkloadEntry) -> tuple[list[Task], list[Task]]:
@@ -98,15 +115,22 @@ def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Gan
     key = gang_key(session, entry, tasks)
     if key is not None and key in session.no_room:
         cached: GangOutcome = session.no_room[key]
-        return cached
+        return said(entry, tasks, cached)
     if entry.last_pending is not None and upper_bound(session, tasks) < len(tasks):
         # not even the free capacity is there: keep the reason found last time, do no placement work
         last = entry.last_pending
-        outcome = GangOutcome(False, last.summary, last.reasons)
+        kept = entry.cache.get("gang_outcome")
+        outcome = (
+            kept
+            if isinstance(kept, GangOutcome) and kept.summary == last.summary
+            else GangOutcome(False, last.summary, last.reasons)
+        )
     else:
         outcome = _place_gang(session, entry, tasks)
-    if not outcome.placed and key is not None:
-        session.no_room[key] = outcome
+    if not outcome.placed:
+        entry.cache["gang_outcome"] = outcome
+        if key is not None:
+            session.no_room[key] = outcome
     return outcome
 
 
@@ -128,6 +152,7 @@ def _place_gang(
     else:
         domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
+    last_dom = WHOLE_CLUSTER
     for dom in domains:
         stmt = session.statement() if outer is None else outer
         start = stmt.checkpoint()
@@ -146,23 +171,9 @@ def _place_gang(
             return GangOutcome(True)
         if last is None or dom.mask is None:
             reasons = tuple(session.why_not(failed, dom.mask)) if explain else ()
-            sg = entry.workload.subgroup_of(failed.podset) if entry.workload.subgroups else None
-            if sg is not None:
-                where = f"one {sg.topology.level}" if sg.topology is not None else "the workload's domain"
-                summary = (
-                    f"multi-level gang: subgroup {sg.name} (min {sg.min_available}) does not fit in "
-                    f"{where}; nothing placed ({placed} of {len(tasks)} tasks fitted before it)"
-                )
-            elif dom.mask is not None and dom.required:
-                summary = (
-                    f"required topology: no {dom.level} can host all {len(tasks)} tasks; "
-                    f"best try {dom.label}: {placed} of {len(tasks)} placed"
-                )
-            elif len(tasks) > 1:
-                summary = f"gang of {len(tasks)} tasks does not fit: {placed} of {len(tasks)} placed"
-            else:
-                summary = "task does not fit"
-            last = GangOutcome(False, summary, reasons)
+            scope, detail = _why(entry, tasks, dom, failed, placed)
+            last = GangOutcome(False, "", reasons, scope, detail=detail)
+            last_dom = dom
         if outer is None:
             stmt.discard()
         else:
@@ -170,9 +181,44 @@ def _place_gang(
     if last is None:
         w = entry.workload
         level = w.topology.level if w.topology else "domain"
-        return GangOutcome(
+        last = GangOutcome(
             False,
-            f"required topology: no {level} can host all {len(tasks)} tasks",
+            "",
             (Reason("topology", f"no {level} has enough free capacity for the whole gang"),),
+            f", in one {level} (required topology)",
+            detail=f"no {level} has room for all {len(tasks)}",
         )
-    return last
+        last_dom = WHOLE_CLUSTER
+    if explain:  # what is free, now that the tries are undone
+        mask = last_dom.mask if last_dom.mask is not None and last_dom.mask.any() else None
+        where = f"{last_dom.level} {last_dom.label}" if mask is not None else ""
+        last = GangOutcome(
+            False, "", last.reasons, last.scope, free(session, tasks, mask, where), last.detail
+        )
+    return said(entry, tasks, last)
+
+
+def _why(entry: WorkloadEntry, tasks: list[Task], dom: Domain, failed: Task, placed: int) -> tuple[str, str]:
+    """(scope, detail) of a failed try, in the user's words: a flat gang is a gang, never a
+    multi-level one; a subgroup is named as its user named it."""
+    n = len(tasks)
+    w = entry.workload
+    sg = w.subgroup_of(failed.podset) if w.subgroups else None
+    if sg is not None and not all(x.implicit for x in w.subgroups):
+        where = f"one {sg.topology.level}" if sg.topology is not None else "the workload's domain"
+        who = (
+            f"the {sg.name.strip('()')} (min {sg.min_available}) do not"
+            if sg.implicit
+            else f"subgroup {sg.name} (min {sg.min_available}) does not"
+        )
+        named = [x for x in w.subgroups if not x.implicit]
+        scope = f", in {plural(len(named), 'subgroup')} ({', '.join(x.name for x in named)})"
+        return scope, (
+            f"multi-level gang: {who} fit in {where}; nothing placed ({placed} of {n} fitted before it)"
+        )
+    if dom.mask is not None and dom.required:
+        return (
+            f", in one {dom.level} (required topology)",
+            f"no {dom.level} has room for all {n}; best try {dom.label}: {placed} of {n} placed",
+        )
+    return "", (f"{placed} of {n} placed" if n > 1 else "")

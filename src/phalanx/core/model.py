@@ -357,6 +357,10 @@ class SubGroup:
     podsets: tuple[str, ...]
     min_available: int
     topology: TopologyConstraint | None = None
+    # not a subgroup the user wrote: the tasks no named subgroup takes (Volcano's pods outside its
+    # subGroupPolicy). Reasons say what they are (`name`, in parentheses, is that phrase) and never
+    # call a workload whose only subgroup is implicit anything but a gang
+    implicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +388,10 @@ class Workload:
     subgroups: tuple[SubGroup, ...] = ()
     # preempted only whole, never shrunk to its minimum (Kubernetes' disruptionMode: PodGroup)
     preempt_whole: bool = False
+    # how its user names a task and writes its minimum, for reasons only ("pod", "minMember 4");
+    # "" minimum: the core's own words. Never read by a decision
+    task_noun: str = "task"
+    minimum_said: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:

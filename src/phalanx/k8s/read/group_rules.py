@@ -55,6 +55,7 @@ def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_sinc
             f"{'s' if g.missing != 1 else ''}: {len(g.pods)} of its {need} parallel pods exist"
         )
     g.min_available = max(1, min(need, len(g.pods)))
+    g.minimum_said = f"Job parallelism {need}"
     return False
 
 

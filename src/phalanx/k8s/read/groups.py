@@ -55,6 +55,7 @@ class Group:
     preempt_whole: bool = False  # a native PodGroup's disruptionMode: PodGroup
     subgroups: list[native.SubGroupOf] = field(default_factory=list)  # a multi-level gang's levels
     members: list[dict[str, Any]] = field(default_factory=list)  # native PodGroups merged into it
+    minimum_said: str = ""  # the minimum as its user wrote it, for reasons ("minMember 4")
 
     @property
     def ran(self) -> int:
@@ -167,6 +168,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
             spec = g.pod_group.get("spec") or {}
             kind = f"PodGroup {g.name}"
             g.min_available = whole_number(spec.get("minMember", 1), f"{kind}: spec.minMember", 1)
+            g.minimum_said = f"minMember {g.min_available}"
             g.queue = str(spec.get("queue") or "")
             topo = spec.get("topology")
             if topo:
@@ -196,6 +198,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
             g.min_available = whole_number(
                 first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
             )
+            g.minimum_said = f"{keys.KUEUE_GROUP_TOTAL} {g.min_available}"
             if g.min_available > have:
                 g.missing = g.min_available - have
                 g.waiting = (
@@ -207,6 +210,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
                 first.annotations[keys.MIN_AVAILABLE], f"pod {first.key}: {keys.MIN_AVAILABLE}"
             )
             g.min_available = min(g.min_available, n)
+            g.minimum_said = f"{keys.MIN_AVAILABLE} {g.min_available}"
         elif "/RayCluster/" in g.name:
             g.min_available = 1
         else:
@@ -230,6 +234,7 @@ def _native(g: Group, spec: native.NativeSpec, have: int) -> None:
     kind = f"PodGroup {g.name}"
     g.problems += spec.problems
     g.min_available = spec.min_count if spec.gang else 1
+    g.minimum_said = f"minCount {spec.min_count}" if spec.gang else ""
     g.topology = spec.topology
     g.priority = spec.priority
     g.preempt_whole = spec.preempt_whole
@@ -310,6 +315,7 @@ def _by_workload(groups: list[Group]) -> list[Group]:
             for m in members
         ]
         merged.min_available = sum(sg.min_available for sg in merged.subgroups)
+        merged.minimum_said = "minCount " + "+".join(str(m.min_available) for m in members)
         out = [g for g in out if g not in members] + [merged]
     return out
 
@@ -349,6 +355,7 @@ def workload_of(g: Group, queue: str) -> Workload:
             tuple(ps.name for (name, _), ps in zip(shapes, podsets, strict=True) if name == sg.name),
             max(1, min(sg.min_available, len(sg.pods))),
             sg.topology,
+            implicit=sg.implicit,
         )
         for sg in g.subgroups
         if sg.pods
@@ -382,6 +389,8 @@ def workload_of(g: Group, queue: str) -> Workload:
         quota_exempt=g.exempt,
         subgroups=subgroups,
         preempt_whole=g.preempt_whole,
+        task_noun="pod",
+        minimum_said=g.minimum_said,
     )
 
 

@@ -23,6 +23,9 @@ from phalanx.spec.quantity import whole_number
 GROUP = "scheduling.k8s.io"
 HOSTNAME = "kubernetes.io/hostname"
 SUBGROUP_LABELS = ("phalanx.io/subgroup", "kai.scheduler/subgroup-name")
+# Volcano's pods no subGroupPolicy entry selects: in parentheses, so that it sorts before any name
+# a user can write (subgroups of equal demand are tried by name) and is never taken for one
+IMPLICIT = "(pods no subGroupPolicy entry selects)"
 
 
 def is_native(obj: dict[str, Any] | None) -> bool:
@@ -134,6 +137,7 @@ class SubGroupOf:
     min_available: int
     topology: TopologyConstraint | None
     pods: list[str] = field(default_factory=list)
+    implicit: bool = False  # not one the user wrote (`SubGroup.implicit`)
 
 
 def read_subgroups(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> list[SubGroupOf]:
@@ -178,7 +182,8 @@ def volcano_subgroups(
     split by the values of its `matchLabelKeys`, form subgroups of `subGroupSize` pods each (the
     minimum). Phalanx needs every subgroup an entry forms (`minSubGroups` below their count is
     refused, said so); `networkTopology` (HyperNode tiers) is not read. Pods no entry selects form
-    one more subgroup with what `minMember` leaves."""
+    one more subgroup with what `minMember` leaves, marked implicit: a PodGroup without a
+    subGroupPolicy is a flat gang to its user, and its reasons say so."""
     meta = pg.get("metadata") or {}
     kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
     out: list[SubGroupOf] = []
@@ -212,5 +217,5 @@ def volcano_subgroups(
     rest = [key for key, _ in pods if key not in taken]
     if rest:
         need = max(1, min(len(rest), min_member - sum(sg.min_available for sg in out)))
-        out.append(SubGroupOf("(not in a subGroupPolicy)", need, None, rest))
+        out.append(SubGroupOf(IMPLICIT, need, None, rest, implicit=True))
     return out
