@@ -11,6 +11,7 @@ ARG BASE=python:3.11-slim
 FROM ${BASE} AS build
 ARG PIP_OPTS=""
 # wheel[s]: ./wheels is optional; its files land in /src
+# [node]: the node agents' extras; not [report] (matplotlib, only `phalanx simulate`'s plots)
 COPY pyproject.toml README.md wheel[s] /src/
 COPY src /src/src
 RUN python3 -m venv /opt/phalanx \
@@ -22,7 +23,7 @@ COPY --from=build /opt/phalanx /opt/phalanx
 RUN groupadd --gid 65532 phalanx \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phalanx
 ENV PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/tmp MPLCONFIGDIR=/tmp/matplotlib PYTHONDONTWRITEBYTECODE=1
+    HOME=/tmp PYTHONDONTWRITEBYTECODE=1
 USER 65532:65532
 ENTRYPOINT ["/opt/phalanx/bin/phalanx"]
 CMD ["scheduler", "--in-cluster"]

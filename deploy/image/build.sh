@@ -6,8 +6,9 @@
 # --base-only writes just the Debian base (python3 and its venv module, no Phalanx): a BASE for
 # the Dockerfile where no registry image can be pulled.
 #
-# 1. the Phalanx wheel and the wheels of everything it needs (`.[node]`), built or fetched by the
-#    host's pip (Python 3.11, like Debian bookworm's), so the image build itself needs no index;
+# 1. the Phalanx wheel and the wheels of everything it needs (`.[node]`; not the `report` extra,
+#    matplotlib, which only `phalanx simulate` uses), built or fetched by the host's pip (Python 3.11,
+#    like Debian bookworm's), so the image build itself needs no index;
 # 2. a Debian base (mmdebstrap --variant=minbase: python3, python3-venv, ca-certificates) with a
 #    venv at /opt/phalanx holding those wheels, installed offline inside the new root;
 # 3. one layer from that root, committed by buildah as an OCI archive that `ctr images import`,
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --suite) suite="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     --base-only) base_only=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -97,7 +98,7 @@ else
     --entrypoint '["/opt/phalanx/bin/phalanx"]' --cmd 'scheduler --in-cluster' \
     --user 65532:65532 --workingdir / \
     --env PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --env HOME=/tmp --env MPLCONFIGDIR=/tmp/matplotlib --env PYTHONDONTWRITEBYTECODE=1 \
+    --env HOME=/tmp --env PYTHONDONTWRITEBYTECODE=1 \
     --label org.opencontainers.image.title=phalanx \
     --label org.opencontainers.image.version="$version" \
     --label org.opencontainers.image.licenses=Apache-2.0 \

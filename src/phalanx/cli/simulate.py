@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
+from importlib import resources, util
 from pathlib import Path
 from typing import Annotated
 
@@ -158,6 +158,8 @@ def simulate(
             )
         if not checkpoint_interval >= 0 or not half_life >= 0:
             raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
+        if util.find_spec("matplotlib") is None:  # the report's plots
+            raise SpecError("matplotlib", "not installed; the report needs it: pip install 'phalanx[report]'")
         fgd_exps: list[FgdExperiment] = []
         rep_exps: list[ReplayExperiment] = []
         notes: list[str] = []

@@ -109,8 +109,8 @@ class CertSource:
         cfg = self.api.get(WEBHOOK_CONFIGS, WEBHOOK_CONFIG)
         if cfg is None:
             log.warning(
-                "no MutatingWebhookConfiguration %s: install the Helm chart (deploy/helm/phalanx) with "
-                "webhook.enabled=true",
+                "no MutatingWebhookConfiguration %s: install the Helm chart (deploy/helm/phalanx in the "
+                "source repository) with webhook.enabled=true",
                 WEBHOOK_CONFIG,
             )
             return False

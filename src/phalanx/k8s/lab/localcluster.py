@@ -40,7 +40,7 @@ def find_assets() -> tuple[Path, Path]:
     if not folder:
         raise Unavailable(
             f"{ASSETS_ENV} is not set: point it at a folder with kube-apiserver, kube-controller-manager "
-            "and kube-scheduler (e.g. the bin/ folder ../shared/k8s/unpack.sh prints)"
+            "and kube-scheduler (kubernetes/server/bin of a release's kubernetes-server-linux-amd64.tar.gz)"
         )
     p = Path(folder)
     for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):

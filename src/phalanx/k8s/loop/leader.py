@@ -27,7 +27,7 @@ class LeaseNamespaceMissing(Exception):
         self.namespace = namespace
         super().__init__(
             f"{problem}. Create it (kubectl create namespace {namespace}) with the leader-election Role of "
-            "the Helm chart (deploy/helm/phalanx), "
+            "the Helm chart (deploy/helm/phalanx in Phalanx's source repository), "
             "pass --lease-namespace with a namespace where this user may manage Leases, or run a single "
             "replica with --no-leader-elect"
         )
