@@ -182,8 +182,8 @@ def volcano_subgroups(
     split by the values of its `matchLabelKeys`, form subgroups of `subGroupSize` pods each (the
     minimum). Phalanx needs every subgroup an entry forms (`minSubGroups` below their count is
     refused, said so); `networkTopology` (HyperNode tiers) is not read. Pods no entry selects form
-    one more subgroup with what `minMember` leaves, marked implicit: a PodGroup without a
-    subGroupPolicy is a flat gang to its user, and its reasons say so."""
+    one more subgroup with what `minMember` leaves, marked implicit. A PodGroup without a
+    subGroupPolicy has no subgroups: the flat gang it is to its user."""
     meta = pg.get("metadata") or {}
     kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
     out: list[SubGroupOf] = []
@@ -214,6 +214,8 @@ def volcano_subgroups(
             out.append(SubGroupOf(f"{e['name']}/{value}" if split_by else str(e["name"]), size, None, keys))
         for j in range(len(parts), want):  # subgroups whose pods do not exist yet
             out.append(SubGroupOf(f"{e['name']}/#{j}", size, None, []))
+    if not out:
+        return []  # no subGroupPolicy: a flat gang, decided as one (packing, consolidation, shrinking)
     rest = [key for key, _ in pods if key not in taken]
     if rest:
         need = max(1, min(len(rest), min_member - sum(sg.min_available for sg in out)))
