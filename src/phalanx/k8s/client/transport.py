@@ -23,6 +23,11 @@ import httpx2 as httpx
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
+# what sending on a kept-alive connection the server has closed raises: over TLS the close is
+# often seen on the write as an EOF (the API server drops idle connections; on a busy machine a
+# fixture that waits minutes between two calls meets it)
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
+
 
 class Transport(Protocol):
     def send(
@@ -143,7 +148,7 @@ class DirectTransport:
                 c.request(method, url, body=body, headers=hdrs)
                 r = c.getresponse()
                 return r.status, r.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except STALE:
                 c.close()  # a kept-alive connection the server had closed: open a new one, once
                 if attempt:
                     raise
