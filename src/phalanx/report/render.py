@@ -1,9 +1,12 @@
 """Write an experiment run to its out directory: metrics CSV, decision log, plots, index.html.
 
-The page opens with one paragraph that says what was compared and what won; tables have
-human column names with units, scroll inside their box instead of running off the page, say
-why a value is missing instead of printing `nan`, and show counts without decimals; plots sit
-on a grid. It shares its style sheet with the live dashboard (`phalanx.web`).
+The page opens with one paragraph that says what was compared and what won, a win only where
+it exceeds the spread over the seeds, a tie called a tie (`phalanx.report.headline`); tables have
+human column names with units, few enough columns each to fit a 1,280 px window (and scroll inside
+their box, not off the page, where narrower), say why a value is missing instead of printing
+`nan`, and show counts without decimals; plots sit on a grid, with few lines per axes (bands for
+the spread over seeds, one panel per profile for step lines). It shares its style sheet with the
+live dashboard (`phalanx.web`).
 """
 
 from __future__ import annotations
