@@ -95,5 +95,6 @@ def test_the_rendered_report_shows_the_spread_over_seeds(tmp_path: Path) -> None
     assert "phalanx and fgd tie at full load (94.00 % vs 93.97 %" in page
     assert "spread over 3 seeds" in page
     assert "min-max over seeds" in page and "93.00-95.00; ±2.48" in page  # the table's spread cell
+    assert "+0.03 ±0.38 over fgd: tie" in page  # and the lead the headline judges
     csv = (tmp_path / "metrics.csv").read_text().splitlines()
     assert "alloc_x100_min" in csv[0] and "alloc_x100_ci95" in csv[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -91,6 +92,19 @@ def compare(a: Sequence[float], b: Sequence[float]) -> Comparison:
 def per_seed(exp: FgdExperiment, x: int = 100, which: int = 0) -> dict[str, list[float]]:
     """Per profile, one value per seed (in seed order) at arrived load x: allocation (0) or frag rate (2)."""
     return {prof: [float(as_array(r.discrete()[which])[x]) for r in runs] for prof, runs in exp.runs.items()}
+
+
+def lead_cells(values: Mapping[str, Sequence[float]]) -> dict[str, str]:
+    """Per profile, ranked by mean: its per-seed lead over the next one, e.g. '+0.01 ±0.18 over fgd: tie'."""
+    means = {p: Spread.of(v).mean for p, v in values.items()}
+    ranked = sorted((p for p in values if means[p] == means[p]), key=lambda p: (-means[p], p))
+    out = {}
+    for p, nxt in pairwise(ranked):
+        c = compare(values[p], values[nxt])
+        half = f" ±{c.half:.2f}" if c.half == c.half else ""
+        word = {"win": "ahead", "loss": "behind", "tie": "tie", "unknown": "one seed"}[c.verdict]
+        out[p] = f"{c.diff:+.2f}{half} over {nxt}: {word}"
+    return out
 
 
 def fgd_headline(name: str, values: Mapping[str, Sequence[float]]) -> str:

@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from phalanx.report import plots
-from phalanx.report.headline import Spread, fgd_headline, per_seed, replay_headline, split_sentence
+from phalanx.report.headline import (
+    Spread,
+    fgd_headline,
+    lead_cells,
+    per_seed,
+    replay_headline,
+    split_sentence,
+)
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.web import asset
 
@@ -28,6 +35,7 @@ FGD_COLS = {
     "alloc_x90": ("GPUs allocated, 90 % load", "pct"),
     "alloc_x100": ("GPUs allocated, 100 % load", "pct"),
     "alloc_x100_spread": ("100 % load: min-max over seeds; 95 % interval of the mean", "text"),
+    "alloc_x100_lead": ("100 % load: lead over the next, per seed (95 % interval)", "text"),
     "alloc_x130": ("GPUs allocated, 130 % load", "pct"),
     "frag_rate_x50": ("idle GPU fragmented, 50 % load", "pct"),
     "frag_rate_x90": ("idle GPU fragmented, 90 % load", "pct"),
@@ -110,7 +118,15 @@ def render(
             row["alloc_x100_ci95"] = round(sp.half, 2)
         rows += summary
         verdicts.append(fgd_headline(e.name, seeds))
-        shown = [{**row, "alloc_x100_spread": _spread_cell(row)} for row in summary]
+        leads = lead_cells(seeds)
+        shown = [
+            {
+                **row,
+                "alloc_x100_spread": _spread_cell(row),
+                "alloc_x100_lead": leads.get(str(row["profile"]), "-"),
+            }
+            for row in summary
+        ]
         a = plots.fgd_allocation(e, out / f"fgd-alloc-{slug(e.name)}.png")
         f = plots.fgd_fragmentation(e, out / f"fgd-frag-{slug(e.name)}.png")
         ref = e.reference_curves()
