@@ -175,7 +175,8 @@ def replay_headline(name: str, rows: Sequence[Mapping[str, object]]) -> str:
     if rest:
         other, ov = rest[0]
         return (
-            f"In the time replay of {name}, {who} has the lowest average job completion time, {seconds(v)}, "
+            f"In the time replay of {name} (one run, no spread over seeds), {who} has the lowest "
+            f"average job completion time, {seconds(v)}, "
             f"{100 * (ov - v) / ov:.0f} % below {other} ({seconds(ov)})."
         )
     return f"In the time replay of {name}, {who} has an average job completion time of {seconds(v)}."
