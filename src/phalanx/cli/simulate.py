@@ -305,6 +305,7 @@ def _authors_results(trace: Path) -> Path | None:
 FGD_SHOW = {
     "alloc_x90": "alloc@90",
     "alloc_x100": "alloc@100",
+    "spread_x100": "min-max@100",
     "alloc_x130": "alloc@130",
     "frag_rate_x90": "frag%@90",
     "failed_pods": "failed",
@@ -341,13 +342,21 @@ REPLAY_IO = {
 
 
 def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
+    from phalanx.report.headline import Spread, fgd_headline, per_seed, replay_headline, split_sentence
+
     console = Console()
+    lines: list[str] = []
     for e in fgd:
-        _table(
-            console, f"FGD protocol: {e.name} (GPU allocation %, mean over seeds)", e.summary_rows(), FGD_SHOW
-        )
+        seeds = per_seed(e)
+        rows = e.summary_rows()
+        for r in rows:
+            sp = Spread.of(seeds.get(str(r["profile"]), []))
+            r["spread_x100"] = f"{sp.lo:.1f}-{sp.hi:.1f}" if sp.n else "-"
+        _table(console, f"FGD protocol: {e.name} (GPU allocation %, mean over seeds)", rows, FGD_SHOW)
+        lines.append(fgd_headline(e.name, seeds))
     for rep in reps:
         rows = rep.summary_rows()
+        lines += [replay_headline(rep.name, rows), split_sentence(rows, rep.results)]
         _table(console, f"Time replay: {rep.name}", rows, REPLAY_SHOW)
         _table(console, f"Time replay: {rep.name}, gangs and queues", rows, REPLAY_HEALTH)
         if any(r.get("eta_forecasts") for r in rows):
@@ -359,6 +368,9 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
             )
         if rep.data_cache:
             _table(console, f"Time replay: {rep.name}, input I/O", rows, REPLAY_IO)
+    for line in lines:
+        if line:
+            console.print(line, highlight=False)
 
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:

@@ -1,21 +1,31 @@
 """Write an experiment run to its out directory: metrics CSV, decision log, plots, index.html.
 
-The page opens with one paragraph that says what was compared and what won; tables have
-human column names with units, scroll inside their box instead of running off the page, say
-why a value is missing instead of printing `nan`, and show counts without decimals; plots sit
-on a grid. It shares its style sheet with the live dashboard (`phalanx.web`).
+The page opens with one paragraph that says what was compared and what won, a win only where
+it exceeds the spread over the seeds, a tie called a tie (`phalanx.report.headline`); tables have
+human column names with units, few enough columns each to fit a 1,280 px window (and scroll inside
+their box, not off the page, where narrower), say why a value is missing instead of printing
+`nan`, and show counts without decimals; plots sit on a grid, with few lines per axes (bands for
+the spread over seeds, one panel per profile for step lines). It shares its style sheet with the
+live dashboard (`phalanx.web`).
 """
 
 from __future__ import annotations
 
 import csv
 import html
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from phalanx.report import plots
+from phalanx.report.headline import (
+    Spread,
+    fgd_headline,
+    lead_cells,
+    per_seed,
+    replay_headline,
+    split_sentence,
+)
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.web import asset
 
@@ -24,11 +34,14 @@ FGD_COLS = {
     "alloc_x50": ("GPUs allocated, 50 % load", "pct"),
     "alloc_x90": ("GPUs allocated, 90 % load", "pct"),
     "alloc_x100": ("GPUs allocated, 100 % load", "pct"),
+    "alloc_x100_spread": ("100 % load: min-max over seeds; 95 % interval of the mean", "text"),
+    "alloc_x100_lead": ("100 % load: lead over the next, per seed (95 % interval)", "text"),
     "alloc_x130": ("GPUs allocated, 130 % load", "pct"),
     "frag_rate_x50": ("idle GPU fragmented, 50 % load", "pct"),
     "frag_rate_x90": ("idle GPU fragmented, 90 % load", "pct"),
     "failed_pods": ("pods that found no place", "count"),
 }
+# the time replay's columns in three tables, so that each fits a 1,280 px window without scrolling
 REPLAY_COLS = {
     "completed": ("jobs completed", "count"),
     "avg_jct_s": ("average JCT", "s"),
@@ -38,6 +51,8 @@ REPLAY_COLS = {
     "p95_wait_s": ("95th percentile wait", "s"),
     "makespan_s": ("makespan", "s"),
     "gpu_alloc_pct": ("GPUs allocated (time average)", "pct"),
+}
+REPLAY_HEALTH_COLS = {
     "deadlocked": ("deadlocked jobs", "count"),
     "starved": ("starved jobs", "count"),
     "restarts": ("restarts", "count"),
@@ -96,8 +111,22 @@ def render(
     verdicts: list[str] = []
     for e in fgd:
         summary = e.summary_rows()
+        seeds = per_seed(e)
+        for row in summary:
+            sp = Spread.of(seeds.get(str(row["profile"]), []))
+            row.update(alloc_x100_min=round(sp.lo, 2), alloc_x100_max=round(sp.hi, 2))
+            row["alloc_x100_ci95"] = round(sp.half, 2)
         rows += summary
-        verdicts.append(_fgd_verdict(e.name, summary))
+        verdicts.append(fgd_headline(e.name, seeds))
+        leads = lead_cells(seeds)
+        shown = [
+            {
+                **row,
+                "alloc_x100_spread": _spread_cell(row),
+                "alloc_x100_lead": leads.get(str(row["profile"]), "-"),
+            }
+            for row in summary
+        ]
         a = plots.fgd_allocation(e, out / f"fgd-alloc-{slug(e.name)}.png")
         f = plots.fgd_fragmentation(e, out / f"fgd-frag-{slug(e.name)}.png")
         ref = e.reference_curves()
@@ -110,19 +139,29 @@ def render(
             _section(
                 f"FGD protocol: {e.name}",
                 f"{len(e.nodes):,} nodes, {len(e.pods):,} pods in the list, submitted until "
-                f"{e.tune:g}x the GPU capacity; seeds {', '.join(map(str, e.seeds))}. {note}",
-                summary,
-                FGD_COLS,
+                f"{e.tune:g}x the GPU capacity; seeds {', '.join(map(str, e.seeds))}, the same pod "
+                "sequences for every profile. Allocation and fragmentation: mean over the seeds; lines: "
+                "the mean, bands: min to max over the seeds. A profile is said to be ahead only when "
+                "its per-seed lead is larger than that lead's 95 % interval over the seeds. "
+                f"{note}",
+                shown,
+                [("", FGD_COLS)],
                 [(a.name, "GPU allocation against arrived load"), (f.name, "Fragmented share of idle GPU")],
             )
         )
     for r in replays:
         summary = r.summary_rows()
         rows += summary
-        verdicts.append(_replay_verdict(r.name, summary))
+        verdicts.append(replay_headline(r.name, summary))
+        split = split_sentence(summary, r.results)
+        if split:
+            verdicts.append(split)
         figs = [
             (plots.jct_cdf(r, out / f"jct-cdf-{slug(r.name)}.png").name, "Job completion times"),
-            (plots.gpu_over_time(r, out / f"gpu-time-{slug(r.name)}.png").name, "GPUs allocated over time"),
+            (
+                plots.gpu_over_time(r, out / f"gpu-time-{slug(r.name)}.png").name,
+                "GPUs allocated over time, one panel per profile",
+            ),
         ]
         if len({j.queue for j in r.jobs}) > 1:  # one queue: nothing to compare between queues
             figs += [
@@ -154,7 +193,11 @@ def render(
                     else ""
                 ),
                 summary,
-                {**REPLAY_COLS, **IO_COLS} if r.data_cache else REPLAY_COLS,
+                [
+                    ("Completion", REPLAY_COLS),
+                    ("Gangs, queues, preemption and the start forecast", REPLAY_HEALTH_COLS),
+                    *([("Input I/O", IO_COLS)] if r.data_cache else []),
+                ],
                 figs,
             )
         )
@@ -165,66 +208,22 @@ def render(
     return index
 
 
-def _best(rows: list[dict[str, object]], key: str, high: bool) -> tuple[str, float, list[tuple[str, float]]]:
-    vals = []
-    for r in rows:
-        v = r.get(key)
-        if isinstance(v, int | float) and v == v:
-            vals.append((str(r["profile"]), float(v)))
-    vals.sort(key=lambda x: -x[1] if high else x[1])
-    return (vals[0][0], vals[0][1], vals[1:]) if vals else ("", math.nan, [])
-
-
-def _fgd_verdict(name: str, rows: list[dict[str, object]]) -> str:
-    who, v, rest = _best(rows, "alloc_x100", high=True)
-    if not who:
-        return ""
-    digits = 2 if rest and abs(v - rest[0][1]) < 0.05 else 1  # a close race is shown as one
-    if rest and round(v, digits) == round(rest[0][1], digits):
-        runner = f", tied with {rest[0][0]}"
-    else:
-        runner = f", ahead of {rest[0][0]} ({rest[0][1]:.{digits}f} %)" if rest else ""
-    return (
-        f"On the FGD protocol ({name}), {who} allocates the most GPUs at full load: {v:.{digits}f} %{runner}."
-    )
-
-
-def _replay_verdict(name: str, rows: list[dict[str, object]]) -> str:
-    who, v, rest = _best(rows, "avg_jct_s", high=False)
-    if not who:
-        return ""
-    if rest:
-        other, ov = rest[0]
-        return (
-            f"In the time replay of {name}, {who} has the lowest average job completion time, {_seconds(v)}, "
-            f"{100 * (ov - v) / ov:.0f} % below {other} ({_seconds(ov)})."
-        )
-    return f"In the time replay of {name}, {who} has an average job completion time of {_seconds(v)}."
-
-
-def _seconds(v: float) -> str:
-    if v >= 86400:
-        return f"{v / 86400:,.1f} days"
-    if v >= 3600:
-        return f"{v / 3600:,.1f} h"
-    return f"{v:,.0f} s"
+def _spread_cell(row: dict[str, object]) -> str:
+    lo, hi, half = row.get("alloc_x100_min"), row.get("alloc_x100_max"), row.get("alloc_x100_ci95")
+    if not isinstance(lo, float) or lo != lo or not isinstance(hi, float):
+        return "-"
+    ci = f"; ±{half:.2f}" if isinstance(half, float) and half == half else "; one seed"
+    return f"{lo:.2f}-{hi:.2f}{ci}"
 
 
 def _section(
     heading: str,
     intro: str,
     rows: list[dict[str, object]],
-    cols: dict[str, tuple[str, str]],
+    tables: list[tuple[str, dict[str, tuple[str, str]]]],
     figures: list[tuple[str, str]],
 ) -> str:
-    shown = [c for c in cols if any(c in r for r in rows)]
-    head = "<th>profile</th>" + "".join(
-        f'<th class="num">{html.escape(cols[c][0])}{_unit(cols[c][1])}</th>' for c in shown
-    )
-    body = ""
-    for r in rows:
-        cells = "".join(f'<td class="num">{html.escape(_fmt(c, cols[c][1], r.get(c)))}</td>' for c in shown)
-        body += f"<tr><td>{html.escape(str(r['profile']))}</td>{cells}</tr>"
+    body = "".join(_table(caption, rows, cols) for caption, cols in tables)
     figs = "".join(
         f'<figure><img src="{html.escape(src)}" alt="{html.escape(cap)}">'
         f"<figcaption>{html.escape(cap)}</figcaption></figure>"
@@ -232,8 +231,24 @@ def _section(
     )
     return (
         f"<section><h2>{html.escape(heading)}</h2><p>{html.escape(intro)}</p>"
-        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-        f'<div class="grid">{figs}</div></section>'
+        f'{body}<div class="grid">{figs}</div></section>'
+    )
+
+
+def _table(caption: str, rows: list[dict[str, object]], cols: dict[str, tuple[str, str]]) -> str:
+    shown = [c for c in cols if any(c in r for r in rows)]
+    if not shown:
+        return ""
+    head = "<th>profile</th>" + "".join(
+        f'<th class="num">{html.escape(cols[c][0])}{_unit(cols[c][1])}</th>' for c in shown
+    )
+    body = ""
+    for r in rows:
+        cells = "".join(f'<td class="num">{html.escape(_fmt(c, cols[c][1], r.get(c)))}</td>' for c in shown)
+        body += f'<tr><td class="name">{html.escape(str(r["profile"]))}</td>{cells}</tr>'
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return (
+        f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
     )
 
 
@@ -266,6 +281,8 @@ def _page(title: str, verdicts: list[str], sections: list[str], notes: Sequence[
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title><link rel="stylesheet" href="style.css"><link rel="icon" href="data:,">
+<style>td.name {{ white-space: nowrap; }} .grid {{ margin-top: 12px; }}
+caption {{ text-align: left; font-weight: 600; padding: 10px 0 4px; }}</style>
 </head><body>
 <header><h1>{html.escape(title)}</h1></header>
 <main>
