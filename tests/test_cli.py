@@ -78,3 +78,114 @@ def test_main_command_runs_with_no_arguments(tmp_path, monkeypatch):
         assert all(float(fgd["phalanx"][x]) >= float(r[x]) for r in fgd.values()), x
     rep = {r["profile"]: r for r in rows if r["experiment"] == "tiresias-60job"}
     assert all(float(rep["phalanx"]["avg_jct_s"]) <= float(r["avg_jct_s"]) for r in rep.values())
+
+
+# --- bad input of every kind: one line naming the field or file, exit code 2, no traceback ---
+
+TIRESIAS = "src/phalanx/data/tiresias-60job.csv"
+
+
+def one_error(r, *parts):  # type: ignore[no-untyped-def]
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+    return lines[0]
+
+
+def test_out_that_is_a_file(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("")
+    one_error(runner.invoke(app, ["simulate", "--out", str(f)]), "--out", "is a file; give a folder")
+
+
+def test_binary_trace_is_not_a_text_file():
+    one_error(runner.invoke(app, ["simulate", "--trace", "/bin/ls"]), "/bin/ls: not a text file")
+
+
+def test_bad_openb_node_csv_names_its_line_once(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1000,2,T4\nn2,abc,1000,2,T4\n")
+    line = one_error(runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", str(bad)]))
+    assert line.count("bad.csv:3") == 1 and "column 'cpu_milli' must be an integer" in line
+
+
+def test_seed_errors_name_the_flag_typed():
+    one_error(runner.invoke(app, ["simulate", "--seed", "51-42"]), "--seed:", "'51-42'")
+    r = runner.invoke(app, ["bench", "fgd", "--nodes", "n", "--pods", "p", "--policy", "fgd", "--seeds", "x"])
+    one_error(r, "--seeds:")
+
+
+def test_data_cache_help_and_values_agree(tmp_path):
+    from phalanx.cli.simulate import DATA_CACHE_MODES
+
+    r = runner.invoke(app, ["simulate", "--help"])
+    assert "Default: off" not in r.output and "or off" in r.output
+    one_error(runner.invoke(app, ["simulate", "--data-cache", "x"]), "--data-cache", "off, none")
+    assert "off" in DATA_CACHE_MODES
+
+
+def test_profile_path_that_does_not_exist_is_a_missing_file():
+    one_error(runner.invoke(app, ["schedule", "--profile", "nope.yaml"]), "file not found: nope.yaml")
+    one_error(runner.invoke(app, ["schedule", "--profile", "./conf/mine"]), "file not found: ./conf/mine")
+    one_error(runner.invoke(app, ["schedule", "--profile", "nope"]), "unknown profile 'nope'", "built-in: ")
+
+
+def test_misspelt_plugin_argument_names_file_plugin_and_what_it_takes(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("name: x\nactions:\n  - name: allocate\n  - name: consolidate\n    args: {max_movs: 3}\n")
+    line = one_error(
+        runner.invoke(app, ["schedule", "--profile", str(p)]),
+        f"{p}: actions[1].args",
+        "consolidate",
+        "'max_movs'",
+        "takes: max_moves",
+    )
+    assert "__init__" not in line
+
+
+def _bench_csv(path, workload, policy):  # type: ignore[no-untyped-def]
+    head = "workload,sc_policy,tune,seed,total_gpus," + ",".join(str(x) for x in range(131))
+    path.write_text(head + "\n" + f"{workload},{policy},1.3,42,8," + ",".join(["50"] * 131) + "\n")
+    return str(path)
+
+
+def test_bench_diff_with_nothing_in_common(tmp_path):
+    a = _bench_csv(tmp_path / "a.csv", "w1", "06-FGD")
+    b = _bench_csv(tmp_path / "b.csv", "w2", "06-FGD")
+    one_error(runner.invoke(app, ["bench", "diff", a, b]), "share no points")
+    r = runner.invoke(app, ["bench", "diff", a, a])
+    assert r.exit_code == 0 and "+0.00" in r.output
+
+
+def test_tune_zero_is_refused():
+    one_error(runner.invoke(app, ["simulate", "--tune", "0"]), "--tune: must be in (0, 10]")
+
+
+def test_names_never_fold_in_80_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    names = json.loads(runner.invoke(app, ["schedule", "--json"]).output)
+    r = runner.invoke(app, ["schedule"])
+    assert r.exit_code == 0
+    rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
+    for b in names["binds"]:
+        task = b["task"].split("/", 1)[-1]
+        assert any(b["workload"] in ln and task in ln and b["node"] in ln for ln in rows), b
+
+
+def test_flags_show_no_value_hint():
+    for cmd in (["schedule", "--help"], ["simulate", "--help"], ["--help"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0 and "<bool>" not in r.output, cmd
+    assert "<path>" in runner.invoke(app, ["schedule", "--help"]).output  # options with values keep theirs
+
+
+def test_version_and_completion():
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"phalanx {version('phalanx')}"
+    assert "--install-completion" in runner.invoke(app, ["--help"]).output

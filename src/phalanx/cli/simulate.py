@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, Node
 from phalanx.profiles import load_profile
@@ -123,9 +124,10 @@ def simulate(
             help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
             "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
             "the forecast places it), warm (a slow dataset copied to every node's free cache when its first "
-            "job arrives), or all (none, first-use and ahead, side by side). Default: off."
+            "job arrives), all (none, first-use and ahead, side by side), or off (the static cache "
+            "factor of runtime.yaml only)."
         ),
-    ] = "",
+    ] = "off",
     capture: Annotated[
         Path | None,
         typer.Option(
@@ -143,21 +145,10 @@ def simulate(
     """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
     console = Console(stderr=True)
     with user_errors():
-        seeds = parse_seeds(seed or ("42-51" if trace is None else "42"))
-        if load <= 0:
-            raise SpecError("--load", f"must be > 0, got {load}")
-        if eta_every < -1:
-            raise SpecError(
-                "--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}"
-            )
-        modes = {"": [""], "none": ["none"], "first-use": ["first-use"], "ahead": ["ahead"], "warm": ["warm"]}
-        modes["all"] = ["none", "first-use", "ahead"]
-        if data_cache not in modes:
-            raise SpecError(
-                "--data-cache", f"must be none, first-use, ahead, warm or all, got {data_cache!r}"
-            )
-        if not checkpoint_interval >= 0 or not half_life >= 0:
-            raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
+        seeds = parse_seeds(seed or ("42-51" if trace is None else "42"), "--seed")
+        _check_numbers(load, tune, eta_every, checkpoint_interval, half_life)
+        modes = _cache_modes(data_cache)
+        _check_out(out)
         fgd_exps: list[FgdExperiment] = []
         rep_exps: list[ReplayExperiment] = []
         notes: list[str] = []
@@ -239,7 +230,7 @@ def simulate(
             else:
                 jobs = load_jobs(trace, kind, mapping, throughputs, durations)
                 default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
-                for mode in modes[data_cache]:
+                for mode in modes:
                     rep_exps.append(
                         ReplayExperiment(
                             trace.stem + (f" (data cache: {mode})" if mode else ""),
@@ -259,7 +250,10 @@ def simulate(
                             data_cache=mode,
                         )
                     )
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SpecError("--out", f"cannot create folder {out}: {err.strerror or err}") from None
         with (out / "decisions.jsonl").open("w") as log:
             for e in fgd_exps:
                 e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
@@ -277,6 +271,42 @@ def simulate(
     if capture is not None:
         typer.echo(notes[-1])
     typer.echo(f"report: {index}")
+
+
+def _check_numbers(load: float, tune: float, eta_every: int, checkpoint: float, half_life: float) -> None:
+    """Refuse values the replay would only trip over later (a zero --tune: numpy warnings, no result)."""
+    if not load > 0:
+        raise SpecError("--load", f"must be > 0, got {load}")
+    if not 0 < tune <= 10:
+        raise SpecError("--tune", f"must be in (0, 10] (x GPU capacity submitted), got {tune}")
+    if eta_every < -1:
+        raise SpecError("--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}")
+    if not checkpoint >= 0 or not half_life >= 0:
+        raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
+
+
+DATA_CACHE_MODES = {
+    "off": [""],
+    "none": ["none"],
+    "first-use": ["first-use"],
+    "ahead": ["ahead"],
+    "warm": ["warm"],
+    "all": ["none", "first-use", "ahead"],
+}
+
+
+def _cache_modes(data_cache: str) -> list[str]:
+    """The replays one --data-cache value asks for ("" in the list: no dynamic I/O model)."""
+    if data_cache not in DATA_CACHE_MODES:
+        known = ", ".join(DATA_CACHE_MODES)
+        raise SpecError("--data-cache", f"must be one of {known}; got {data_cache!r}")
+    return DATA_CACHE_MODES[data_cache]
+
+
+def _check_out(out: Path) -> None:
+    """--out is a folder; say so before the replay runs rather than fail writing its results."""
+    if out.exists() and not out.is_dir():
+        raise SpecError("--out", f"{out} is a file; give a folder (it is created if missing)")
 
 
 def _profiles(arg: str | None, default: str) -> list[str]:
@@ -361,12 +391,12 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:
     t = Table(title=title)
-    t.add_column("profile", no_wrap=True)
+    name_column(t, "profile")
     for label in show.values():
         t.add_column(label, justify="right")
     for r in rows:
         t.add_row(str(r["profile"]), *[_cell(r.get(k, "")) for k in show])
-    console.print(t)
+    print_table(t, console)
 
 
 def _cell(v: object) -> str:

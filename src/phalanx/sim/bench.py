@@ -85,8 +85,8 @@ def run_job(job: BenchJob) -> BenchRow:
     return BenchRow(job, run.total_gpus, a, f, r, run.failed, run.submitted)
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`42-51`, `42,43,50` or `42`."""
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """`42-51`, `42,43,50` or `42`; `flag` is the option the user typed, for the error."""
     out: list[int] = []
     try:
         for part in text.split(","):
@@ -99,11 +99,9 @@ def parse_seeds(text: str) -> list[int]:
             elif part:
                 out.append(int(part))
     except ValueError:
-        raise SpecError(
-            "--seeds", f"expected a range like 42-51 or a list like 42,43; got {text!r}"
-        ) from None
+        raise SpecError(flag, f"expected a range like 42-51 or a list like 42,43; got {text!r}") from None
     if not out:
-        raise SpecError("--seeds", "no seeds given")
+        raise SpecError(flag, "no seeds given")
     return out
 
 

@@ -24,18 +24,25 @@ class Cluster:
     queues: QueueTree | None = None
 
 
-def _header(path: Path) -> str:
+TRACE_KINDS = "an openb pod list, a Tiresias, Pollux, Synergy or generic CSV, or a Gavel .trace"
+CLUSTER_KINDS = "a cluster YAML, an openb node CSV, a Tiresias cluster_spec CSV or a Synergy .ini"
+
+
+def _header(path: Path, kinds: str) -> str:
+    """The first line; a binary file (`--trace /bin/ls`) is named as such, not a UnicodeDecodeError."""
     try:
         with path.open() as fh:
             return fh.readline().strip()
     except OSError as e:
         raise SpecError(str(path), f"cannot read file: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), f"not a text file; expected {kinds}") from None
 
 
 def detect_format(path: Path) -> str:
     if path.is_dir() or path.suffix == ".trace":
         return "gavel"
-    head = _header(path)
+    head = _header(path, TRACE_KINDS)
     cols = {c.strip() for c in head.split(",")}
     if {"name", "cpu_milli", "num_gpu", "gpu_milli"} <= cols:
         return "openb"
@@ -104,18 +111,14 @@ def load_cluster(path: Path) -> Cluster:
     if path.suffix == ".ini":
         nodes, levels = synergy.load_cluster(path)
         return Cluster(nodes, levels, {}, str(path))
-    head = _header(path)
+    head = _header(path, CLUSTER_KINDS)
     cols = {c.strip() for c in head.split(",")}
     if {"sn", "cpu_milli", "gpu", "model"} <= cols:
         return Cluster(openb.load_nodes(path), [], {}, str(path))
     if {"num_switch", "num_node_p_switch", "num_gpu_p_node"} <= cols:
         nodes, levels = tiresias.load_cluster(path)
         return Cluster(nodes, levels, {}, str(path))
-    raise SpecError(
-        str(path),
-        "not a cluster file: expected a cluster YAML, an openb node CSV, a Tiresias "
-        "cluster_spec CSV or a Synergy .ini",
-    )
+    raise SpecError(str(path), f"not a cluster file: expected {CLUSTER_KINDS}")
 
 
 def default_cluster(fmt: str, trace: Path) -> Cluster:
