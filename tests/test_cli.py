@@ -189,3 +189,54 @@ def test_version_and_completion():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.strip() == f"phalanx {version('phalanx')}"
     assert "--install-completion" in runner.invoke(app, ["--help"]).output
+
+
+def _tiny_replay(tmp_path, jobs):  # type: ignore[no-untyped-def]
+    """A generic-CSV trace on 2 nodes x 8 GPUs (n-00, n-01): the arguments of `phalanx simulate`."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus\n" + "".join(f"{n},{s},100,{g}\n" for n, s, g in jobs))
+    cluster = tmp_path / "c.yaml"
+    group = "{name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}"
+    cluster.write_text(f"node_groups:\n  - {group}\n")
+    return [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--map",
+        "submit=submit,duration=duration,gpus=gpus,name=name",
+        "--cluster",
+        str(cluster),
+        "--profiles",
+        "fifo",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+
+
+def test_outage_of_an_unknown_node_is_named_up_front(tmp_path):
+    outages = tmp_path / "outages.csv"
+    outages.write_text("node,start,end\nn-00,5,50\nghost,10,20\n")
+    args = [*_tiny_replay(tmp_path, [("a", 0, 2)]), "--outages", str(outages)]
+    one_error(runner.invoke(app, args), f"{outages}:3", "unknown node 'ghost'", "n-00, n-01")
+
+
+def test_a_job_that_can_never_fit_is_said_once(tmp_path, monkeypatch):
+    import phalanx.report.render
+
+    monkeypatch.setattr(phalanx.report.render, "render", lambda out, *a: out / "index.html")  # no plots
+    r = runner.invoke(app, [*_tiny_replay(tmp_path, [("a", 0, 2), ("big", 10, 64)]), "--data-cache", "all"])
+    assert r.exit_code == 0, r.output
+    warn = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(warn) == 1, r.output
+    assert "big (64 GPUs" in warn[0] and "16 GPUs, at most 8 per node" in warn[0] and "a (" not in warn[0]
+
+
+def test_never_fit_counts_only_sure_cases():
+    from phalanx.core.model import Gpu, Node
+    from phalanx.sim.jobs import JobSpec, never_fit
+
+    nodes = [Node(f"n{k}", 8000, 8192, tuple(Gpu(j, "V100", 16384) for j in range(4))) for k in range(2)]
+    fits = [JobSpec("ok", 0, 10, 8), JobSpec("share", 0, 10, 1, gpu_milli=500), JobSpec("cpu", 0, 10, 0)]
+    assert never_fit(fits, nodes) == ""
+    line = never_fit([*fits, JobSpec("wide", 0, 10, 16), JobSpec("tall", 0, 10, 8, tasks=1)], nodes)
+    assert line.startswith("2 job(s)") and "wide" in line and "tall" in line and "ok" not in line

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
@@ -19,7 +20,7 @@ from phalanx.profiles import load_profile
 from phalanx.sim.bench import parse_seeds, workload_name
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.inputs import default_cluster, detect_format, load_cluster, load_jobs
-from phalanx.sim.jobs import JobSpec
+from phalanx.sim.jobs import JobSpec, never_fit
 from phalanx.sim.replay import NodeOutage
 from phalanx.sim.runtime import RuntimeModel, load_runtime
 from phalanx.sim.traces import openb, tiresias
@@ -49,15 +50,22 @@ def embedded_replay_cluster() -> tuple[list[Node], list[str]]:
     return nodes, ["rack"]
 
 
-def _outages(path: Path | None) -> list[NodeOutage]:
+def _outages(path: Path | None, nodes: list[Node]) -> list[NodeOutage]:
+    """The outage CSV, checked against the cluster up front: an unknown node is named with its
+    file:line here, not as a lookup failure somewhere in the middle of the replay."""
     if path is None:
         return []
+    names = {n.name for n in nodes}
     out = []
     for row in read_rows(path, ("node", "start", "end")):
         start, end = row.float("start"), row.float("end")
         if end <= start:
             raise SpecError(row.where, f"outage end {end} must be after start {start}")
-        out.append(NodeOutage(row.text("node"), start, end))
+        node = row.text("node")
+        if node not in names:
+            some = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise SpecError(row.where, f"unknown node {node!r} (the cluster's {len(names)} nodes: {some})")
+        out.append(NodeOutage(node, start, end))
     return out
 
 
@@ -201,7 +209,7 @@ def simulate(
                     rt,
                     seeds[0],
                     cycle_interval,
-                    _outages(outages),
+                    _outages(outages, rnodes),
                     None,
                     checkpoint_interval,
                     half_life,
@@ -242,7 +250,7 @@ def simulate(
                             rt,
                             seeds[0],
                             cycle_interval,
-                            _outages(outages),
+                            _outages(outages, cl.nodes),
                             cl.queues,
                             checkpoint_interval,
                             half_life,
@@ -257,7 +265,9 @@ def simulate(
         with (out / "decisions.jsonl").open("w") as log:
             for e in fgd_exps:
                 e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+            said: set[str] = set()
             for r in rep_exps:
+                _warn_never_fit(console, r, said)
                 r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
         if capture is not None:
             from phalanx.cli.whatif import fragmentation
@@ -307,6 +317,14 @@ def _check_out(out: Path) -> None:
     """--out is a folder; say so before the replay runs rather than fail writing its results."""
     if out.exists() and not out.is_dir():
         raise SpecError("--out", f"{out} is a file; give a folder (it is created if missing)")
+
+
+def _warn_never_fit(console: Console, exp: ReplayExperiment, said: set[str]) -> None:
+    """Once per trace and cluster (the --data-cache modes share them), before the replay."""
+    line = never_fit(exp.jobs, exp.nodes)
+    if line and line not in said:
+        said.add(line)
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _profiles(arg: str | None, default: str) -> list[str]:
