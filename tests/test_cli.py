@@ -240,3 +240,23 @@ def test_never_fit_counts_only_sure_cases():
     assert never_fit(fits, nodes) == ""
     line = never_fit([*fits, JobSpec("wide", 0, 10, 16), JobSpec("tall", 0, 10, 8, tasks=1)], nodes)
     assert line.startswith("2 job(s)") and "wide" in line and "tall" in line and "ok" not in line
+
+
+def test_builtin_clusters_have_names():
+    from pathlib import Path
+
+    from phalanx.cli.simulate import embedded_replay_cluster
+    from phalanx.sim.clusters import BUILTIN_CLUSTERS
+    from phalanx.sim.inputs import cluster_arg
+
+    c = cluster_arg(Path("tiresias-16xV100"))
+    assert [n.name for n in c.nodes] == [n.name for n in embedded_replay_cluster()[0]]
+    assert sum(len(n.gpus) for n in c.nodes) == 16 and c.source.startswith("tiresias-16xV100")
+    for name in BUILTIN_CLUSTERS:
+        assert cluster_arg(Path(name)).nodes, name
+    assert "tiresias-16xV100" in runner.invoke(app, ["simulate", "--help"]).output
+    r = runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", "tiresias-16xv100"])
+    one_error(r, "unknown built-in cluster 'tiresias-16xv100'", "built-in: tiresias-16xV100, ")
+    one_error(
+        runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", "c.yaml"]), "cannot read file"
+    )

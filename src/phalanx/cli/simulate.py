@@ -15,11 +15,12 @@ from rich.table import Table
 from phalanx.cli.errors import user_errors
 from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
-from phalanx.core.model import Gpu, Node
+from phalanx.core.model import Node
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import parse_seeds, workload_name
+from phalanx.sim.clusters import builtin_names, tiresias_16xv100
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
-from phalanx.sim.inputs import default_cluster, detect_format, load_cluster, load_jobs
+from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
 from phalanx.sim.jobs import JobSpec, never_fit
 from phalanx.sim.replay import NodeOutage
 from phalanx.sim.runtime import RuntimeModel, load_runtime
@@ -31,23 +32,11 @@ DEFAULT_REPLAY_PROFILES = "phalanx,fifo,k8s-default"
 DEFAULT_QUEUE_PROFILES = "phalanx-queues,phalanx,fifo,k8s-default"
 
 
+embedded_replay_cluster = tiresias_16xv100  # the Tiresias replay's cluster when no --cluster is given
+
+
 def _data(name: str) -> Path:
     return Path(str(resources.files("phalanx.data") / name))
-
-
-def embedded_replay_cluster() -> tuple[list[Node], list[str]]:
-    """4 nodes x 4 V100 in 2 racks: 16 GPUs, small enough that the 60-job trace queues."""
-    nodes = [
-        Node(
-            f"v100-{k}",
-            32_000,
-            256 * 1024,
-            tuple(Gpu(j, "V100", 16384, pcie_switch=j // 2) for j in range(4)),
-            topology={"rack": f"rack{k // 2}"},
-        )
-        for k in range(4)
-    ]
-    return nodes, ["rack"]
 
 
 def _outages(path: Path | None, nodes: list[Node]) -> list[NodeOutage]:
@@ -79,7 +68,11 @@ def simulate(
     ] = None,
     cluster: Annotated[
         Path | None,
-        typer.Option(help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini."),
+        typer.Option(
+            metavar="<file|name>",
+            help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini, or a built-in "
+            f"cluster's name ({builtin_names()}).",
+        ),
     ] = None,
     profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to compare.")] = None,
     seed: Annotated[
@@ -218,7 +211,7 @@ def simulate(
             )
         else:
             kind = fmt or ("csv" if mapping else detect_format(trace))
-            cl = load_cluster(cluster) if cluster else default_cluster(kind, trace)
+            cl = cluster_arg(cluster) if cluster else default_cluster(kind, trace)
             notes.append(f"Trace {trace} ({kind}); cluster {cl.source}.")
             if kind == "openb":
                 pods = openb.load_pods(trace)

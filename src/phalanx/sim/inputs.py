@@ -8,6 +8,7 @@ from pathlib import Path
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Node
 from phalanx.core.queues import QueueTree
+from phalanx.sim.clusters import BUILTIN_CLUSTERS, builtin_cluster, builtin_names
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces import gavel, generic, openb, pollux, synergy, tiresias
 from phalanx.spec.cluster import load_cluster as load_cluster_yaml
@@ -121,6 +122,16 @@ def load_cluster(path: Path) -> Cluster:
     raise SpecError(str(path), f"not a cluster file: expected {CLUSTER_KINDS}")
 
 
+def cluster_arg(arg: Path) -> Cluster:
+    """--cluster: a file, or the name of a built-in cluster (`phalanx.sim.clusters`)."""
+    if not arg.exists() and str(arg) in BUILTIN_CLUSTERS:
+        nodes, levels, what = builtin_cluster(str(arg))
+        return Cluster(nodes, levels, {}, what)
+    if not arg.exists() and not arg.suffix and "/" not in str(arg):  # a name, not a path
+        builtin_cluster(str(arg))  # raises: unknown, with the known names
+    return load_cluster(arg)
+
+
 def default_cluster(fmt: str, trace: Path) -> Cluster:
     """The cluster a trace was published with, when the trace alone does not say."""
     if fmt == "openb":
@@ -133,11 +144,11 @@ def default_cluster(fmt: str, trace: Path) -> Cluster:
         if sib.is_file():
             return load_cluster(sib)
     if fmt == "gavel":
-        nodes, levels = gavel.philly_cluster()
-        return Cluster(nodes, levels, {}, "Gavel philly spec: 500 V100 (125 x 4-GPU servers, racks of 16)")
+        nodes, levels, what = builtin_cluster("gavel-philly-500xV100")
+        return Cluster(nodes, levels, {}, what)
     if fmt == "pollux":
-        nodes, levels = pollux.testbed_cluster()
-        return Cluster(nodes, levels, {}, "Pollux testbed: 16 nodes x 4 T4")
+        nodes, levels, what = builtin_cluster("pollux-64xT4")
+        return Cluster(nodes, levels, {}, what)
     if fmt == "synergy":
         for cand in (
             trace.parent / "configs" / "deployment.ini",
@@ -145,4 +156,6 @@ def default_cluster(fmt: str, trace: Path) -> Cluster:
         ):
             if cand.is_file():
                 return load_cluster(cand)
-    raise SpecError("--cluster", f"give a cluster for this {fmt} trace")
+    raise SpecError(
+        "--cluster", f"give a cluster for this {fmt} trace: a file, or a built-in ({builtin_names()})"
+    )
