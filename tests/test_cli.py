@@ -260,3 +260,24 @@ def test_builtin_clusters_have_names():
     one_error(
         runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", "c.yaml"]), "cannot read file"
     )
+
+
+SCENARIO = "tests/scenarios/rack-gang.yaml"
+
+
+def test_scenario_command_prints_decisions_and_checks_expectations(tmp_path):
+    from pathlib import Path
+
+    r = runner.invoke(app, ["scenario", SCENARIO])
+    assert r.exit_code == 0, r.output
+    assert "pretrain" in r.output and "required topology" in r.output and "expectation(s) hold" in r.output
+    failing = tmp_path / "fail.yaml"
+    failing.write_text(Path(SCENARIO).read_text().replace("pretrain: 2", "pretrain: 1"))
+    r = runner.invoke(app, ["scenario", str(failing)])
+    assert r.exit_code == 1 and "FAILED" in r.output and "expected 1" in r.output
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(Path(SCENARIO).read_text().replace("too-big: required", "too-bog: required"))
+    one_error(
+        runner.invoke(app, ["scenario", str(typo)]), "steps[0].expect.pending.too-bog", "unknown workload"
+    )
+    one_error(runner.invoke(app, ["scenario", str(tmp_path / "none.yaml")]), "cannot read file")

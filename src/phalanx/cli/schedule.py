@@ -93,10 +93,10 @@ def schedule(
         }
         typer.echo(json.dumps(out, indent=2))
         return
-    _print_tables(prof.name, cycles, binds, pending)
+    print_tables(prof.name, cycles, binds, pending)
 
 
-def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pending]) -> None:
+def print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pending]) -> None:
     console = Console()
     t = Table(title=f"Placements ({profile}, {cycles} cycle{'s' if cycles != 1 else ''})")
     for col in ("workload", "task", "node"):
