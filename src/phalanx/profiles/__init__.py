@@ -187,8 +187,10 @@ def load_profile(name_or_path: str) -> Profile:
         source = f"profile {name_or_path}"
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(source, f"not valid YAML: {e}") from None
+    except yaml.YAMLError as e:  # one line: where, and the problem without YAML's source excerpt
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise SpecError(where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise SpecError(source, "a profile must be a YAML mapping")
     return compile_profile(data, source)
