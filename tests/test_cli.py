@@ -281,3 +281,28 @@ def test_scenario_command_prints_decisions_and_checks_expectations(tmp_path):
         runner.invoke(app, ["scenario", str(typo)]), "steps[0].expect.pending.too-bog", "unknown workload"
     )
     one_error(runner.invoke(app, ["scenario", str(tmp_path / "none.yaml")]), "cannot read file")
+
+
+def test_other_binary_inputs_are_named(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus\na,0,100,2\n")
+    gen = ["simulate", "--trace", str(trace), "--map", "submit=submit,duration=duration,gpus=gpus"]
+    one_error(runner.invoke(app, [*gen, "--cluster", "/bin/ls"]), "/bin/ls: not a text file")
+    ini = tmp_path / "c.ini"
+    ini.write_bytes(b"\xff\xfe\x00\x01")
+    one_error(runner.invoke(app, [*gen, "--cluster", str(ini)]), "c.ini: not a text file")
+    gavel = tmp_path / "g.trace"
+    gavel.write_text("x\n")
+    args = ["simulate", "--trace", str(gavel), "--throughputs", "/bin/ls"]
+    one_error(runner.invoke(app, args), "/bin/ls: not a text file")
+    one_error(runner.invoke(app, ["simulate", "--runtime", "/bin/ls"]), "/bin/ls: not a text file")
+    one_error(runner.invoke(app, ["bench", "diff", "/bin/ls", "/bin/ls"]), "/bin/ls: not a text file")
+
+
+def test_bench_diff_names_never_fold_in_80_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "openb_pod_list_gpushare100-with-a-long-name"
+    a = _bench_csv(tmp_path / "a.csv", name, "06-FGD")
+    r = runner.invoke(app, ["bench", "diff", a, a])
+    assert r.exit_code == 0
+    assert any(name in ln and "06-FGD" in ln for ln in r.output.splitlines()), r.output

@@ -68,6 +68,18 @@ class Row:
         return v
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A trace file's text; a missing or binary file is one located error, not an OSError or a
+    UnicodeDecodeError that names no file."""
+    p = Path(path)
+    try:
+        return p.read_text()
+    except OSError as e:
+        raise SpecError(str(p), f"cannot read {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(p), f"not a text file: expected a {what}") from None
+
+
 def read_rows(path: str | Path, required: Sequence[str], delimiter: str = ",") -> Iterator[Row]:
     """Rows of a CSV file with a header; checks the required columns exist."""
     p = Path(path)
