@@ -306,3 +306,12 @@ def test_bench_diff_names_never_fold_in_80_columns(tmp_path, monkeypatch):
     r = runner.invoke(app, ["bench", "diff", a, a])
     assert r.exit_code == 0
     assert any(name in ln and "06-FGD" in ln for ln in r.output.splitlines()), r.output
+
+
+def test_bench_fgd_bad_file_is_one_line_before_the_progress_bar():
+    args = ["bench", "fgd", "--nodes", "/bin/ls", "--pods", "/bin/ls", "--policy", "fgd", "--seeds", "42"]
+    one_error(runner.invoke(app, args), "/bin/ls: not a text file")
+
+
+def test_cluster_without_a_trace_is_refused():
+    one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")

@@ -27,6 +27,7 @@ from phalanx.sim.bench import (
     workload_name,
     write_results,
 )
+from phalanx.sim.traces import openb
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against published results.")
 
@@ -51,6 +52,10 @@ def bench_fgd(
         for f in [nodes, *pods]:
             if not f.is_file():
                 raise SpecError(str(f), "no such file")
+        # read once here, so that a bad file is one line before the progress bar, not beside it
+        openb.load_nodes(nodes)
+        for f in pods:
+            openb.load_pods(f)
         if not 0 < tune <= 10:
             raise SpecError("--tune", f"must be in (0, 10], got {tune}")
     jobs = [BenchJob(str(nodes), str(p), pol, s, tune) for p in pods for pol in policy for s in seed_list]

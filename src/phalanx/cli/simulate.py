@@ -177,6 +177,11 @@ def simulate(
             rep_exps.append(exp)
             notes += more
         elif trace is None:
+            if cluster is not None:
+                raise SpecError(
+                    "--cluster",
+                    "needs --trace: the embedded example brings its own (openb-slice, tiresias-16xV100)",
+                )
             notes += [
                 "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
                 "and the Tiresias 60-job trace on 16 V100 GPUs; the FGD protocol over seeds 42-51. "
