@@ -165,15 +165,20 @@ def test_tune_zero_is_refused():
     one_error(runner.invoke(app, ["simulate", "--tune", "0"]), "--tune: must be in (0, 10]")
 
 
-def test_names_never_fold_in_80_columns(monkeypatch):
+def test_names_never_fold_in_80_columns(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    names = json.loads(runner.invoke(app, ["schedule", "--json"]).output)
-    r = runner.invoke(app, ["schedule"])
-    assert r.exit_code == 0
+    long = "default-inference-half-precision-replicas"
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "workloads:\n"
+        f"  - {{name: {long}, podsets: [{{name: replica-with-a-long-name, count: 2, gpu_fraction: 0.5}}]}}\n"
+        f"  - {{name: {long}-too-big, podsets: [{{name: worker, count: 1, gpu: 64}}]}}\n"
+    )
+    r = runner.invoke(app, ["schedule", "--workloads", str(wl)])
+    assert r.exit_code == 0, r.output
     rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
-    for b in names["binds"]:
-        task = b["task"].split("/", 1)[-1]
-        assert any(b["workload"] in ln and task in ln and b["node"] in ln for ln in rows), b
+    assert sum(long in ln and "replica-with-a-long-name-" in ln for ln in rows) == 2, r.output
+    assert any(f"{long}-too-big" in ln for ln in rows), r.output
 
 
 def test_flags_show_no_value_hint():
