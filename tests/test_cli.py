@@ -320,3 +320,22 @@ def test_bench_fgd_bad_file_is_one_line_before_the_progress_bar():
 
 def test_cluster_without_a_trace_is_refused():
     one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")
+
+
+def test_capture_table_keeps_pod_names_whole_in_80_columns(tmp_path, monkeypatch):
+    """`phalanx schedule --capture`: the table the issue showed as `default/infer` over `-half-0`."""
+    from kube_objects import node, pod
+    from phalanx.k8s.trial import capture as cap
+
+    monkeypatch.setenv("COLUMNS", "80")
+    names = [f"inference-half-precision-replica-{k}" for k in range(3)]
+    pods = [pod(n, gpus=4, scheduler="default-scheduler") for n in names]
+    cap.write(
+        cap.Capture({"nodes": [node("n0", gpus=8)], "pods": pods}, 1.8e9, ["nodes", "pods"]),
+        tmp_path / "c.json",
+    )
+    r = runner.invoke(app, ["schedule", "--capture", str(tmp_path / "c.json")])
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
+    for n in names:
+        assert any(f"default/{n}" in ln for ln in rows), (n, r.output)
