@@ -159,21 +159,7 @@ def simulate(
         if capture is not None:
             if trace is not None or cluster is not None:
                 raise SpecError("--capture", "replays a captured cluster: drop --trace and --cluster")
-            if not default_runtime > 0:
-                raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
-            from phalanx.cli.whatif import experiment
-            from phalanx.k8s.config import AdapterConfig
-            from phalanx.k8s.trial.capture import load as load_capture
-
-            c = load_capture(capture)
-            cfg = AdapterConfig(scheduler_name=scheduler_name)
-            probe, _ = experiment(c, cfg, [], default_runtime, rt, seeds[0])
-            default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
-            exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seeds[0])
-            if not exp.jobs:
-                raise SpecError(
-                    "--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)"
-                )
+            exp, more = _capture_experiment(capture, scheduler_name, default_runtime, profiles, rt, seeds[0])
             rep_exps.append(exp)
             notes += more
         elif trace is None:
@@ -256,17 +242,7 @@ def simulate(
                             data_cache=mode,
                         )
                     )
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise SpecError("--out", f"cannot create folder {out}: {err.strerror or err}") from None
-        with (out / "decisions.jsonl").open("w") as log:
-            for e in fgd_exps:
-                e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
-            said: set[str] = set()
-            for r in rep_exps:
-                _warn_never_fit(console, r, said)
-                r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        _run(out, fgd_exps, rep_exps, console)
         if capture is not None:
             from phalanx.cli.whatif import fragmentation
 
@@ -279,6 +255,48 @@ def simulate(
     if capture is not None:
         typer.echo(notes[-1])
     typer.echo(f"report: {index}")
+
+
+def _capture_experiment(
+    capture: Path,
+    scheduler_name: str,
+    default_runtime: float,
+    profiles: str | None,
+    rt: RuntimeModel,
+    seed: int,
+) -> tuple[ReplayExperiment, list[str]]:
+    """--capture: the captured cluster as a what-if replay (`phalanx.cli.whatif`), and its notes."""
+    if not default_runtime > 0:
+        raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
+    from phalanx.cli.whatif import experiment
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.trial.capture import load as load_capture
+
+    c = load_capture(capture)
+    cfg = AdapterConfig(scheduler_name=scheduler_name)
+    probe, _ = experiment(c, cfg, [], default_runtime, rt, seed)
+    default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
+    exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seed)
+    if not exp.jobs:
+        raise SpecError("--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)")
+    return exp, more
+
+
+def _run(
+    out: Path, fgd_exps: list[FgdExperiment], rep_exps: list[ReplayExperiment], console: Console
+) -> None:
+    """Run every experiment into --out/decisions.jsonl, progress on stderr."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecError("--out", f"cannot create folder {out}: {err.strerror or err}") from None
+    with (out / "decisions.jsonl").open("w") as log:
+        for e in fgd_exps:
+            e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        said: set[str] = set()
+        for r in rep_exps:
+            _warn_never_fit(console, r, said)
+            r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
 
 
 def _check_numbers(load: float, tune: float, eta_every: int, checkpoint: float, half_life: float) -> None:
