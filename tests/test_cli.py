@@ -78,3 +78,264 @@ def test_main_command_runs_with_no_arguments(tmp_path, monkeypatch):
         assert all(float(fgd["phalanx"][x]) >= float(r[x]) for r in fgd.values()), x
     rep = {r["profile"]: r for r in rows if r["experiment"] == "tiresias-60job"}
     assert all(float(rep["phalanx"]["avg_jct_s"]) <= float(r["avg_jct_s"]) for r in rep.values())
+
+
+# --- bad input of every kind: one line naming the field or file, exit code 2, no traceback ---
+
+TIRESIAS = "src/phalanx/data/tiresias-60job.csv"
+
+
+def one_error(r, *parts):  # type: ignore[no-untyped-def]
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+    return lines[0]
+
+
+def test_out_that_is_a_file(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("")
+    one_error(runner.invoke(app, ["simulate", "--out", str(f)]), "--out", "is a file; give a folder")
+
+
+def test_binary_trace_is_not_a_text_file():
+    one_error(runner.invoke(app, ["simulate", "--trace", "/bin/ls"]), "/bin/ls: not a text file")
+
+
+def test_bad_openb_node_csv_names_its_line_once(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1000,2,T4\nn2,abc,1000,2,T4\n")
+    line = one_error(runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", str(bad)]))
+    assert line.count("bad.csv:3") == 1 and "column 'cpu_milli' must be an integer" in line
+
+
+def test_seed_errors_name_the_flag_typed():
+    one_error(runner.invoke(app, ["simulate", "--seed", "51-42"]), "--seed:", "'51-42'")
+    r = runner.invoke(app, ["bench", "fgd", "--nodes", "n", "--pods", "p", "--policy", "fgd", "--seeds", "x"])
+    one_error(r, "--seeds:")
+
+
+def test_data_cache_help_and_values_agree(tmp_path):
+    from phalanx.cli.simulate import DATA_CACHE_MODES
+
+    r = runner.invoke(app, ["simulate", "--help"])
+    assert "Default: off" not in r.output and "or off" in r.output
+    one_error(runner.invoke(app, ["simulate", "--data-cache", "x"]), "--data-cache", "off, none")
+    assert "off" in DATA_CACHE_MODES
+
+
+def test_profile_path_that_does_not_exist_is_a_missing_file():
+    one_error(runner.invoke(app, ["schedule", "--profile", "nope.yaml"]), "file not found: nope.yaml")
+    one_error(runner.invoke(app, ["schedule", "--profile", "./conf/mine"]), "file not found: ./conf/mine")
+    one_error(runner.invoke(app, ["schedule", "--profile", "nope"]), "unknown profile 'nope'", "built-in: ")
+
+
+def test_misspelt_plugin_argument_names_file_plugin_and_what_it_takes(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("name: x\nactions:\n  - name: allocate\n  - name: consolidate\n    args: {max_movs: 3}\n")
+    line = one_error(
+        runner.invoke(app, ["schedule", "--profile", str(p)]),
+        f"{p}: actions[1].args",
+        "consolidate",
+        "'max_movs'",
+        "takes: max_moves",
+    )
+    assert "__init__" not in line
+
+
+def _bench_csv(path, workload, policy):  # type: ignore[no-untyped-def]
+    head = "workload,sc_policy,tune,seed,total_gpus," + ",".join(str(x) for x in range(131))
+    path.write_text(head + "\n" + f"{workload},{policy},1.3,42,8," + ",".join(["50"] * 131) + "\n")
+    return str(path)
+
+
+def test_bench_diff_with_nothing_in_common(tmp_path):
+    a = _bench_csv(tmp_path / "a.csv", "w1", "06-FGD")
+    b = _bench_csv(tmp_path / "b.csv", "w2", "06-FGD")
+    one_error(runner.invoke(app, ["bench", "diff", a, b]), "share no points")
+    r = runner.invoke(app, ["bench", "diff", a, a])
+    assert r.exit_code == 0 and "+0.00" in r.output
+
+
+def test_tune_zero_is_refused():
+    one_error(runner.invoke(app, ["simulate", "--tune", "0"]), "--tune: must be in (0, 10]")
+
+
+def test_names_never_fold_in_80_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    long = "default-inference-half-precision-replicas"
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "workloads:\n"
+        f"  - {{name: {long}, podsets: [{{name: replica-with-a-long-name, count: 2, gpu_fraction: 0.5}}]}}\n"
+        f"  - {{name: {long}-too-big, podsets: [{{name: worker, count: 1, gpu: 64}}]}}\n"
+    )
+    r = runner.invoke(app, ["schedule", "--workloads", str(wl)])
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
+    assert sum(long in ln and "replica-with-a-long-name-" in ln for ln in rows) == 2, r.output
+    assert any(f"{long}-too-big" in ln for ln in rows), r.output
+
+
+def test_flags_show_no_value_hint():
+    for cmd in (["schedule", "--help"], ["simulate", "--help"], ["--help"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0 and "<bool>" not in r.output, cmd
+    assert "<path>" in runner.invoke(app, ["schedule", "--help"]).output  # options with values keep theirs
+
+
+def test_version_and_completion():
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"phalanx {version('phalanx')}"
+    assert "--install-completion" in runner.invoke(app, ["--help"]).output
+
+
+def _tiny_replay(tmp_path, jobs):  # type: ignore[no-untyped-def]
+    """A generic-CSV trace on 2 nodes x 8 GPUs (n-00, n-01): the arguments of `phalanx simulate`."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus\n" + "".join(f"{n},{s},100,{g}\n" for n, s, g in jobs))
+    cluster = tmp_path / "c.yaml"
+    group = "{name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}"
+    cluster.write_text(f"node_groups:\n  - {group}\n")
+    return [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--map",
+        "submit=submit,duration=duration,gpus=gpus,name=name",
+        "--cluster",
+        str(cluster),
+        "--profiles",
+        "fifo",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+
+
+def test_outage_of_an_unknown_node_is_named_up_front(tmp_path):
+    outages = tmp_path / "outages.csv"
+    outages.write_text("node,start,end\nn-00,5,50\nghost,10,20\n")
+    args = [*_tiny_replay(tmp_path, [("a", 0, 2)]), "--outages", str(outages)]
+    one_error(runner.invoke(app, args), f"{outages}:3", "unknown node 'ghost'", "n-00, n-01")
+
+
+def test_a_job_that_can_never_fit_is_said_once(tmp_path, monkeypatch):
+    import phalanx.report.render
+
+    monkeypatch.setattr(phalanx.report.render, "render", lambda out, *a: out / "index.html")  # no plots
+    r = runner.invoke(app, [*_tiny_replay(tmp_path, [("a", 0, 2), ("big", 10, 64)]), "--data-cache", "all"])
+    assert r.exit_code == 0, r.output
+    warn = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(warn) == 1, r.output
+    assert "big (64 GPUs" in warn[0] and "16 GPUs, at most 8 per node" in warn[0] and "a (" not in warn[0]
+
+
+def test_never_fit_counts_only_sure_cases():
+    from phalanx.core.model import Gpu, Node
+    from phalanx.sim.jobs import JobSpec, never_fit
+
+    nodes = [Node(f"n{k}", 8000, 8192, tuple(Gpu(j, "V100", 16384) for j in range(4))) for k in range(2)]
+    fits = [JobSpec("ok", 0, 10, 8), JobSpec("share", 0, 10, 1, gpu_milli=500), JobSpec("cpu", 0, 10, 0)]
+    assert never_fit(fits, nodes) == ""
+    line = never_fit([*fits, JobSpec("wide", 0, 10, 16), JobSpec("tall", 0, 10, 8, tasks=1)], nodes)
+    assert line.startswith("2 job(s)") and "wide" in line and "tall" in line and "ok" not in line
+
+
+def test_builtin_clusters_have_names():
+    from pathlib import Path
+
+    from phalanx.cli.simulate import embedded_replay_cluster
+    from phalanx.sim.clusters import BUILTIN_CLUSTERS
+    from phalanx.sim.inputs import cluster_arg
+
+    c = cluster_arg(Path("tiresias-16xV100"))
+    assert [n.name for n in c.nodes] == [n.name for n in embedded_replay_cluster()[0]]
+    assert sum(len(n.gpus) for n in c.nodes) == 16 and c.source.startswith("tiresias-16xV100")
+    for name in BUILTIN_CLUSTERS:
+        assert cluster_arg(Path(name)).nodes, name
+    assert "tiresias-16xV100" in runner.invoke(app, ["simulate", "--help"]).output
+    r = runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", "tiresias-16xv100"])
+    one_error(r, "unknown built-in cluster 'tiresias-16xv100'", "built-in: tiresias-16xV100, ")
+    one_error(
+        runner.invoke(app, ["simulate", "--trace", TIRESIAS, "--cluster", "c.yaml"]), "cannot read file"
+    )
+
+
+SCENARIO = "tests/scenarios/rack-gang.yaml"
+
+
+def test_scenario_command_prints_decisions_and_checks_expectations(tmp_path):
+    from pathlib import Path
+
+    r = runner.invoke(app, ["scenario", SCENARIO])
+    assert r.exit_code == 0, r.output
+    assert "pretrain" in r.output and "required topology" in r.output and "expectation(s) hold" in r.output
+    failing = tmp_path / "fail.yaml"
+    failing.write_text(Path(SCENARIO).read_text().replace("pretrain: 2", "pretrain: 1"))
+    r = runner.invoke(app, ["scenario", str(failing)])
+    assert r.exit_code == 1 and "FAILED" in r.output and "expected 1" in r.output
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(Path(SCENARIO).read_text().replace("too-big: required", "too-bog: required"))
+    one_error(
+        runner.invoke(app, ["scenario", str(typo)]), "steps[0].expect.pending.too-bog", "unknown workload"
+    )
+    one_error(runner.invoke(app, ["scenario", str(tmp_path / "none.yaml")]), "cannot read file")
+
+
+def test_other_binary_inputs_are_named(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus\na,0,100,2\n")
+    gen = ["simulate", "--trace", str(trace), "--map", "submit=submit,duration=duration,gpus=gpus"]
+    one_error(runner.invoke(app, [*gen, "--cluster", "/bin/ls"]), "/bin/ls: not a text file")
+    ini = tmp_path / "c.ini"
+    ini.write_bytes(b"\xff\xfe\x00\x01")
+    one_error(runner.invoke(app, [*gen, "--cluster", str(ini)]), "c.ini: not a text file")
+    gavel = tmp_path / "g.trace"
+    gavel.write_text("x\n")
+    args = ["simulate", "--trace", str(gavel), "--throughputs", "/bin/ls"]
+    one_error(runner.invoke(app, args), "/bin/ls: not a text file")
+    one_error(runner.invoke(app, ["simulate", "--runtime", "/bin/ls"]), "/bin/ls: not a text file")
+    one_error(runner.invoke(app, ["bench", "diff", "/bin/ls", "/bin/ls"]), "/bin/ls: not a text file")
+
+
+def test_bench_diff_names_never_fold_in_80_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "openb_pod_list_gpushare100-with-a-long-name"
+    a = _bench_csv(tmp_path / "a.csv", name, "06-FGD")
+    r = runner.invoke(app, ["bench", "diff", a, a])
+    assert r.exit_code == 0
+    assert any(name in ln and "06-FGD" in ln for ln in r.output.splitlines()), r.output
+
+
+def test_bench_fgd_bad_file_is_one_line_before_the_progress_bar():
+    args = ["bench", "fgd", "--nodes", "/bin/ls", "--pods", "/bin/ls", "--policy", "fgd", "--seeds", "42"]
+    one_error(runner.invoke(app, args), "/bin/ls: not a text file")
+
+
+def test_cluster_without_a_trace_is_refused():
+    one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")
+
+
+def test_capture_table_keeps_pod_names_whole_in_80_columns(tmp_path, monkeypatch):
+    """`phalanx schedule --capture`: the table the issue showed as `default/infer` over `-half-0`."""
+    from kube_objects import node, pod
+    from phalanx.k8s.trial import capture as cap
+
+    monkeypatch.setenv("COLUMNS", "80")
+    names = [f"inference-half-precision-replica-{k}" for k in range(3)]
+    pods = [pod(n, gpus=4, scheduler="default-scheduler") for n in names]
+    cap.write(
+        cap.Capture({"nodes": [node("n0", gpus=8)], "pods": pods}, 1.8e9, ["nodes", "pods"]),
+        tmp_path / "c.json",
+    )
+    r = runner.invoke(app, ["schedule", "--capture", str(tmp_path / "c.json")])
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
+    for n in names:
+        assert any(f"default/{n}" in ln for ln in rows), (n, r.output)

@@ -13,11 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.profiles import builtin_names, load_profile
 from phalanx.sim.bench import (
     BenchJob,
     BenchRow,
+    DiffRow,
     diff,
     label,
     parse_seeds,
@@ -25,6 +27,7 @@ from phalanx.sim.bench import (
     workload_name,
     write_results,
 )
+from phalanx.sim.traces import openb
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against published results.")
 
@@ -49,6 +52,10 @@ def bench_fgd(
         for f in [nodes, *pods]:
             if not f.is_file():
                 raise SpecError(str(f), "no such file")
+        # read once here, so that a bad file is one line before the progress bar, not beside it
+        openb.load_nodes(nodes)
+        for f in pods:
+            openb.load_pods(f)
         if not 0 < tune <= 10:
             raise SpecError("--tune", f"must be in (0, 10], got {tune}")
     jobs = [BenchJob(str(nodes), str(p), pol, s, tune) for p in pods for pol in policy for s in seed_list]
@@ -66,15 +73,21 @@ def bench_fgd(
             rows = run_bench(jobs, n_workers, done)
     paths = write_results(rows, out)
     t = Table(title="GPU allocation (%), mean over seeds")
-    for col in ("workload", "policy", "x=100", "x=130", "failed pods"):
+    for col in ("workload", "policy"):
+        name_column(t, col)
+    for col in ("x=100", "x=130", "failed pods"):
         t.add_column(col)
     groups: dict[tuple[str, str], list[BenchRow]] = {}
     for r in rows:
         groups.setdefault((workload_name(r.job.pods), label(r.job.policy)), []).append(r)
     for (w, p), rs in groups.items():
         t.add_row(w, p, _mean(rs, 100), _mean(rs, 130), f"{sum(r.failed for r in rs) / len(rs):.0f}")
-    Console().print(t)
+    print_table(t)
     typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _both(r: DiffRow, x: int) -> bool:
+    return not math.isnan(r.ours[x]) and not math.isnan(r.theirs[x])
 
 
 def _mean(rows: list[BenchRow], x: int) -> str:
@@ -96,9 +109,14 @@ def bench_diff(
         except ValueError:
             raise SpecError("--at", f"expected integers like 50,90,100,130; got {at!r}") from None
         rows = diff(ours, theirs, xs)
+        if not any(_both(r, x) for r in rows for x in xs):
+            raise SpecError(
+                f"{ours} vs {theirs}",
+                f"they share no points (no workload and policy of ours has a value at x={at} in theirs)",
+            )
     t = Table(title=f"{ours.name} vs {theirs.name} (mean over seeds)")
-    t.add_column("workload")
-    t.add_column("policy")
+    name_column(t, "workload")
+    name_column(t, "policy")
     t.add_column("seeds")
     for x in xs:
         t.add_column(f"x={x} ours / theirs / delta")
@@ -113,7 +131,7 @@ def bench_diff(
                 mark = "[red]" if abs(d) > tolerance else ""
                 cells.append(f"{a:.2f} / {b:.2f} / {mark}{d:+.2f}")
         t.add_row(r.workload, r.policy, str(r.seeds), *cells)
-    Console().print(t)
+    print_table(t)
 
 
 __all__ = ["bench_app", "builtin_names"]

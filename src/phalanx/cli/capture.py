@@ -12,6 +12,7 @@ from rich.table import Table
 
 from phalanx.cli.errors import user_errors
 from phalanx.cli.kube import LEVELS_HELP, _connect
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
 from phalanx.k8s.trial import capture as cap
@@ -104,11 +105,13 @@ def _print(r: Comparison, c: cap.Capture) -> None:
     )
     if r.rows:
         t = Table(title=f"What {r.scheduler} did, and what Phalanx would do now")
-        for col in ("pod", "workload", r.scheduler, "Phalanx", "forecast"):
+        for col in ("pod", "workload"):
+            name_column(t, col)
+        for col in (r.scheduler, "Phalanx", "forecast"):
             t.add_column(col, overflow="fold")
         for row in r.rows:
             t.add_row(row.pod, row.workload, row.current, row.phalanx, row.forecast or "-")
-        console.print(t)
+        print_table(t, console)
     else:
         console.print(f"No pod of {r.scheduler} waits, and Phalanx would evict none.")
     for line in r.partial:

@@ -21,11 +21,18 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except SpecError as e:
-        # soft_wrap: a long path must stay on one line so that it can be copied and grepped
-        err_console.print(
-            f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True
-        )
+        _say(str(e))
         raise typer.Exit(2) from None
+    except (
+        UnicodeDecodeError
+    ):  # a last resort: the readers name the file; one that does not still gets one line
+        _say("a file given is not a text (UTF-8) file; give the trace, cluster or YAML file itself")
+        raise typer.Exit(2) from None
+
+
+def _say(message: str) -> None:
+    # soft_wrap: a long path must stay on one line so that it can be copied and grepped
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
 
 
 def guarded(fn: Callable[[], T]) -> T:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import Bind, Pending
 from phalanx.core.errors import SpecError
@@ -92,13 +93,15 @@ def schedule(
         }
         typer.echo(json.dumps(out, indent=2))
         return
-    _print_tables(prof.name, cycles, binds, pending)
+    print_tables(prof.name, cycles, binds, pending)
 
 
-def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pending]) -> None:
+def print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pending]) -> None:
     console = Console()
     t = Table(title=f"Placements ({profile}, {cycles} cycle{'s' if cycles != 1 else ''})")
-    for col in ("workload", "task", "node", "GPUs", "share / slice", "NICs"):
+    for col in ("workload", "task", "node"):
+        name_column(t, col)
+    for col in ("GPUs", "share / slice", "NICs"):
         t.add_column(col)
     for b in sorted(binds, key=lambda b: (b.workload, b.task)):
         if b.mig is not None:
@@ -117,11 +120,13 @@ def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pe
             share,
             ",".join(map(str, b.nics)) or "-",
         )
-    console.print(t)
+    print_table(t, console)
     claimed = [(b, c) for b in sorted(binds, key=lambda b: b.task) for c in b.claims]
     if claimed:
         c_t = Table(title="DRA claims allocated")
-        for col in ("task", "claim", "request", "device", "share"):
+        for col in ("task", "claim"):
+            name_column(c_t, col)
+        for col in ("request", "device", "share"):
             c_t.add_column(col, overflow="fold")
         for b, c in claimed:
             for r in c.results:
@@ -135,13 +140,13 @@ def _print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pe
                     f"{r.driver}/{r.pool}/{r.device}",
                     share or "-",
                 )
-        console.print(c_t)
+        print_table(c_t, console)
     if pending:
         p = Table(title="Pending")
-        p.add_column("workload")
+        name_column(p, "workload")
         p.add_column("why")
         for item in pending:
             p.add_row(item.workload, item.message)
-        console.print(p)
+        print_table(p, console)
     else:
         console.print("Nothing pending.")

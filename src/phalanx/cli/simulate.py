@@ -9,16 +9,19 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
-from phalanx.core.model import Gpu, Node
+from phalanx.core.model import Node
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import parse_seeds, workload_name
+from phalanx.sim.clusters import builtin_names, tiresias_16xv100
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
-from phalanx.sim.inputs import default_cluster, detect_format, load_cluster, load_jobs
-from phalanx.sim.jobs import JobSpec
+from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
+from phalanx.sim.jobs import JobSpec, never_fit
 from phalanx.sim.replay import NodeOutage
 from phalanx.sim.runtime import RuntimeModel, load_runtime
 from phalanx.sim.traces import openb, tiresias
@@ -29,34 +32,29 @@ DEFAULT_REPLAY_PROFILES = "phalanx,fifo,k8s-default"
 DEFAULT_QUEUE_PROFILES = "phalanx-queues,phalanx,fifo,k8s-default"
 
 
+embedded_replay_cluster = tiresias_16xv100  # the Tiresias replay's cluster when no --cluster is given
+
+
 def _data(name: str) -> Path:
     return Path(str(resources.files("phalanx.data") / name))
 
 
-def embedded_replay_cluster() -> tuple[list[Node], list[str]]:
-    """4 nodes x 4 V100 in 2 racks: 16 GPUs, small enough that the 60-job trace queues."""
-    nodes = [
-        Node(
-            f"v100-{k}",
-            32_000,
-            256 * 1024,
-            tuple(Gpu(j, "V100", 16384, pcie_switch=j // 2) for j in range(4)),
-            topology={"rack": f"rack{k // 2}"},
-        )
-        for k in range(4)
-    ]
-    return nodes, ["rack"]
-
-
-def _outages(path: Path | None) -> list[NodeOutage]:
+def _outages(path: Path | None, nodes: list[Node]) -> list[NodeOutage]:
+    """The outage CSV, checked against the cluster up front: an unknown node is named with its
+    file:line here, not as a lookup failure somewhere in the middle of the replay."""
     if path is None:
         return []
+    names = {n.name for n in nodes}
     out = []
     for row in read_rows(path, ("node", "start", "end")):
         start, end = row.float("start"), row.float("end")
         if end <= start:
             raise SpecError(row.where, f"outage end {end} must be after start {start}")
-        out.append(NodeOutage(row.text("node"), start, end))
+        node = row.text("node")
+        if node not in names:
+            some = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise SpecError(row.where, f"unknown node {node!r} (the cluster's {len(names)} nodes: {some})")
+        out.append(NodeOutage(node, start, end))
     return out
 
 
@@ -70,7 +68,11 @@ def simulate(
     ] = None,
     cluster: Annotated[
         Path | None,
-        typer.Option(help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini."),
+        typer.Option(
+            metavar="<file|name>",
+            help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini, or a built-in "
+            f"cluster's name ({builtin_names()}).",
+        ),
     ] = None,
     profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to compare.")] = None,
     seed: Annotated[
@@ -123,9 +125,10 @@ def simulate(
             help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
             "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
             "the forecast places it), warm (a slow dataset copied to every node's free cache when its first "
-            "job arrives), or all (none, first-use and ahead, side by side). Default: off."
+            "job arrives), all (none, first-use and ahead, side by side), or off (the static cache "
+            "factor of runtime.yaml only)."
         ),
-    ] = "",
+    ] = "off",
     capture: Annotated[
         Path | None,
         typer.Option(
@@ -143,21 +146,10 @@ def simulate(
     """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
     console = Console(stderr=True)
     with user_errors():
-        seeds = parse_seeds(seed or ("42-51" if trace is None else "42"))
-        if load <= 0:
-            raise SpecError("--load", f"must be > 0, got {load}")
-        if eta_every < -1:
-            raise SpecError(
-                "--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}"
-            )
-        modes = {"": [""], "none": ["none"], "first-use": ["first-use"], "ahead": ["ahead"], "warm": ["warm"]}
-        modes["all"] = ["none", "first-use", "ahead"]
-        if data_cache not in modes:
-            raise SpecError(
-                "--data-cache", f"must be none, first-use, ahead, warm or all, got {data_cache!r}"
-            )
-        if not checkpoint_interval >= 0 or not half_life >= 0:
-            raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
+        seeds = parse_seeds(seed or ("42-51" if trace is None else "42"), "--seed")
+        _check_numbers(load, tune, eta_every, checkpoint_interval, half_life)
+        modes = _cache_modes(data_cache)
+        _check_out(out)
         if util.find_spec("matplotlib") is None:  # the report's plots
             raise SpecError("matplotlib", "not installed; the report needs it: pip install 'phalanx[report]'")
         fgd_exps: list[FgdExperiment] = []
@@ -169,24 +161,15 @@ def simulate(
         if capture is not None:
             if trace is not None or cluster is not None:
                 raise SpecError("--capture", "replays a captured cluster: drop --trace and --cluster")
-            if not default_runtime > 0:
-                raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
-            from phalanx.cli.whatif import experiment
-            from phalanx.k8s.config import AdapterConfig
-            from phalanx.k8s.trial.capture import load as load_capture
-
-            c = load_capture(capture)
-            cfg = AdapterConfig(scheduler_name=scheduler_name)
-            probe, _ = experiment(c, cfg, [], default_runtime, rt, seeds[0])
-            default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
-            exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seeds[0])
-            if not exp.jobs:
-                raise SpecError(
-                    "--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)"
-                )
+            exp, more = _capture_experiment(capture, scheduler_name, default_runtime, profiles, rt, seeds[0])
             rep_exps.append(exp)
             notes += more
         elif trace is None:
+            if cluster is not None:
+                raise SpecError(
+                    "--cluster",
+                    "needs --trace: the embedded example brings its own (openb-slice, tiresias-16xV100)",
+                )
             notes += [
                 "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
                 "and the Tiresias 60-job trace on 16 V100 GPUs; the FGD protocol over seeds 42-51. "
@@ -212,7 +195,7 @@ def simulate(
                     rt,
                     seeds[0],
                     cycle_interval,
-                    _outages(outages),
+                    _outages(outages, rnodes),
                     None,
                     checkpoint_interval,
                     half_life,
@@ -221,7 +204,7 @@ def simulate(
             )
         else:
             kind = fmt or ("csv" if mapping else detect_format(trace))
-            cl = load_cluster(cluster) if cluster else default_cluster(kind, trace)
+            cl = cluster_arg(cluster) if cluster else default_cluster(kind, trace)
             notes.append(f"Trace {trace} ({kind}); cluster {cl.source}.")
             if kind == "openb":
                 pods = openb.load_pods(trace)
@@ -241,7 +224,7 @@ def simulate(
             else:
                 jobs = load_jobs(trace, kind, mapping, throughputs, durations)
                 default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
-                for mode in modes[data_cache]:
+                for mode in modes:
                     rep_exps.append(
                         ReplayExperiment(
                             trace.stem + (f" (data cache: {mode})" if mode else ""),
@@ -253,7 +236,7 @@ def simulate(
                             rt,
                             seeds[0],
                             cycle_interval,
-                            _outages(outages),
+                            _outages(outages, cl.nodes),
                             cl.queues,
                             checkpoint_interval,
                             half_life,
@@ -261,12 +244,7 @@ def simulate(
                             data_cache=mode,
                         )
                     )
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "decisions.jsonl").open("w") as log:
-            for e in fgd_exps:
-                e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
-            for r in rep_exps:
-                r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        _run(out, fgd_exps, rep_exps, console)
         if capture is not None:
             from phalanx.cli.whatif import fragmentation
 
@@ -279,6 +257,92 @@ def simulate(
     if capture is not None:
         typer.echo(notes[-1])
     typer.echo(f"report: {index}")
+
+
+def _capture_experiment(
+    capture: Path,
+    scheduler_name: str,
+    default_runtime: float,
+    profiles: str | None,
+    rt: RuntimeModel,
+    seed: int,
+) -> tuple[ReplayExperiment, list[str]]:
+    """--capture: the captured cluster as a what-if replay (`phalanx.cli.whatif`), and its notes."""
+    if not default_runtime > 0:
+        raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
+    from phalanx.cli.whatif import experiment
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.trial.capture import load as load_capture
+
+    c = load_capture(capture)
+    cfg = AdapterConfig(scheduler_name=scheduler_name)
+    probe, _ = experiment(c, cfg, [], default_runtime, rt, seed)
+    default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
+    exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seed)
+    if not exp.jobs:
+        raise SpecError("--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)")
+    return exp, more
+
+
+def _run(
+    out: Path, fgd_exps: list[FgdExperiment], rep_exps: list[ReplayExperiment], console: Console
+) -> None:
+    """Run every experiment into --out/decisions.jsonl, progress on stderr."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecError("--out", f"cannot create folder {out}: {err.strerror or err}") from None
+    with (out / "decisions.jsonl").open("w") as log:
+        for e in fgd_exps:
+            e.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+        said: set[str] = set()
+        for r in rep_exps:
+            _warn_never_fit(console, r, said)
+            r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
+
+
+def _check_numbers(load: float, tune: float, eta_every: int, checkpoint: float, half_life: float) -> None:
+    """Refuse values the replay would only trip over later (a zero --tune: numpy warnings, no result)."""
+    if not load > 0:
+        raise SpecError("--load", f"must be > 0, got {load}")
+    if not 0 < tune <= 10:
+        raise SpecError("--tune", f"must be in (0, 10] (x GPU capacity submitted), got {tune}")
+    if eta_every < -1:
+        raise SpecError("--eta-every", f"must be -1 (about 500 forecasts), 0 (off) or more, got {eta_every}")
+    if not checkpoint >= 0 or not half_life >= 0:
+        raise SpecError("--checkpoint-interval/--half-life", "must be >= 0 seconds")
+
+
+DATA_CACHE_MODES = {
+    "off": [""],
+    "none": ["none"],
+    "first-use": ["first-use"],
+    "ahead": ["ahead"],
+    "warm": ["warm"],
+    "all": ["none", "first-use", "ahead"],
+}
+
+
+def _cache_modes(data_cache: str) -> list[str]:
+    """The replays one --data-cache value asks for ("" in the list: no dynamic I/O model)."""
+    if data_cache not in DATA_CACHE_MODES:
+        known = ", ".join(DATA_CACHE_MODES)
+        raise SpecError("--data-cache", f"must be one of {known}; got {data_cache!r}")
+    return DATA_CACHE_MODES[data_cache]
+
+
+def _check_out(out: Path) -> None:
+    """--out is a folder; say so before the replay runs rather than fail writing its results."""
+    if out.exists() and not out.is_dir():
+        raise SpecError("--out", f"{out} is a file; give a folder (it is created if missing)")
+
+
+def _warn_never_fit(console: Console, exp: ReplayExperiment, said: set[str]) -> None:
+    """Once per trace and cluster (the --data-cache modes share them), before the replay."""
+    line = never_fit(exp.jobs, exp.nodes)
+    if line and line not in said:
+        said.add(line)
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _profiles(arg: str | None, default: str) -> list[str]:
@@ -375,12 +439,12 @@ def _print(fgd: list[FgdExperiment], reps: list[ReplayExperiment]) -> None:
 
 def _table(console: Console, title: str, rows: list[dict[str, object]], show: dict[str, str]) -> None:
     t = Table(title=title)
-    t.add_column("profile", no_wrap=True)
+    name_column(t, "profile")
     for label in show.values():
         t.add_column(label, justify="right")
     for r in rows:
         t.add_row(str(r["profile"]), *[_cell(r.get(k, "")) for k in show])
-    console.print(t)
+    print_table(t, console)
 
 
 def _cell(v: object) -> str:

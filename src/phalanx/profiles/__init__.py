@@ -6,6 +6,7 @@ An experiment is a YAML change, not a code change.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -98,10 +99,27 @@ def _make(registry: Mapping[str, Factory], spec: PluginSpec, where: str) -> Any:
     factory = registry.get(spec.name)
     if factory is None:
         raise SpecError(where, f"unknown plugin {spec.name!r} (known: {', '.join(sorted(registry))})")
+    _check_arg_names(factory, spec, where)
     try:
         return factory(**spec.args)
-    except (TypeError, ValueError) as e:  # unknown argument, or a value the plugin refuses
+    except (TypeError, ValueError) as e:  # a value the plugin refuses
         raise SpecError(f"{where}.args", f"bad arguments for {spec.name}: {e}") from None
+
+
+def _check_arg_names(factory: Factory, spec: PluginSpec, where: str) -> None:
+    """A misspelt argument names itself and what the plugin takes, not `X.__init__() got an
+    unexpected keyword argument`, which names a class the profile never mentions."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(set(spec.args) - set(params))
+    if unknown:
+        takes = ", ".join(params) or "no arguments"
+        raise SpecError(
+            f"{where}.args",
+            f"bad arguments for {spec.name}: unknown argument(s) {', '.join(map(repr, unknown))} "
+            f"({spec.name} takes: {takes})",
+        )
 
 
 def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile:
@@ -149,8 +167,15 @@ def builtin_names() -> list[str]:
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file by path."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        text = path.read_text()
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        # a path: a missing file is said as such, not as an unknown built-in name
+        if not path.is_file():
+            raise SpecError("profile", f"file not found: {name_or_path}")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            why = "not a text file" if isinstance(e, UnicodeDecodeError) else e.strerror or str(e)
+            raise SpecError(name_or_path, f"cannot read profile: {why}") from None
         source = str(path)
     else:
         res = resources.files(__package__) / f"{name_or_path}.yaml"
@@ -162,8 +187,10 @@ def load_profile(name_or_path: str) -> Profile:
         source = f"profile {name_or_path}"
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(source, f"not valid YAML: {e}") from None
+    except yaml.YAMLError as e:  # one line: where, and the problem without YAML's source excerpt
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise SpecError(where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise SpecError(source, "a profile must be a YAML mapping")
     return compile_profile(data, source)

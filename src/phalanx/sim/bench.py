@@ -85,8 +85,8 @@ def run_job(job: BenchJob) -> BenchRow:
     return BenchRow(job, run.total_gpus, a, f, r, run.failed, run.submitted)
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`42-51`, `42,43,50` or `42`."""
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """`42-51`, `42,43,50` or `42`; `flag` is the option the user typed, for the error."""
     out: list[int] = []
     try:
         for part in text.split(","):
@@ -99,11 +99,9 @@ def parse_seeds(text: str) -> list[int]:
             elif part:
                 out.append(int(part))
     except ValueError:
-        raise SpecError(
-            "--seeds", f"expected a range like 42-51 or a list like 42,43; got {text!r}"
-        ) from None
+        raise SpecError(flag, f"expected a range like 42-51 or a list like 42,43; got {text!r}") from None
     if not out:
-        raise SpecError("--seeds", "no seeds given")
+        raise SpecError(flag, "no seeds given")
     return out
 
 
@@ -153,32 +151,32 @@ def write_results(rows: Iterable[BenchRow], out: str | Path) -> list[Path]:
 
 def read_table(path: str | Path) -> dict[tuple[str, str], list[dict[int, float]]]:
     """(workload, policy) -> one {x: value} per seed, from a CSV in the artifact's schema."""
-    out: dict[tuple[str, str], list[dict[int, float]]] = {}
     p = Path(path)
     try:
         fh = p.open(newline="")
     except OSError as e:
         raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
     with fh:
-        reader = csv.DictReader(fh)
-        if (
-            not reader.fieldnames
-            or "workload" not in reader.fieldnames
-            or "sc_policy" not in reader.fieldnames
-        ):
-            raise SpecError(f"{p}:1", "expected the artifact's columns workload,sc_policy,tune,seed,...")
-        for row in reader:
-            vals: dict[int, float] = {}
-            for x in XS:
-                v = row.get(str(x), "")
-                if v not in ("", None):
-                    try:
-                        vals[x] = float(v)
-                    except ValueError:
-                        raise SpecError(
-                            f"{p}:{reader.line_num}", f"column {x} is not a number: {v!r}"
-                        ) from None
-            out.setdefault((row["workload"], row["sc_policy"]), []).append(vals)
+        try:
+            return _read_table(p, csv.DictReader(fh))
+        except UnicodeDecodeError:
+            raise SpecError(str(p), "not a text file: expected a CSV in the artifact's schema") from None
+
+
+def _read_table(p: Path, reader: csv.DictReader[str]) -> dict[tuple[str, str], list[dict[int, float]]]:
+    out: dict[tuple[str, str], list[dict[int, float]]] = {}
+    if not reader.fieldnames or "workload" not in reader.fieldnames or "sc_policy" not in reader.fieldnames:
+        raise SpecError(f"{p}:1", "expected the artifact's columns workload,sc_policy,tune,seed,...")
+    for row in reader:
+        vals: dict[int, float] = {}
+        for x in XS:
+            v = row.get(str(x), "")
+            if v not in ("", None):
+                try:
+                    vals[x] = float(v)
+                except ValueError:
+                    raise SpecError(f"{p}:{reader.line_num}", f"column {x} is not a number: {v!r}") from None
+        out.setdefault((row["workload"], row["sc_policy"]), []).append(vals)
     return out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Node
 from phalanx.core.queues import QueueTree
+from phalanx.sim.clusters import BUILTIN_CLUSTERS, builtin_cluster, builtin_names
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces import gavel, generic, openb, pollux, synergy, tiresias
 from phalanx.spec.cluster import load_cluster as load_cluster_yaml
@@ -24,18 +25,25 @@ class Cluster:
     queues: QueueTree | None = None
 
 
-def _header(path: Path) -> str:
+TRACE_KINDS = "an openb pod list, a Tiresias, Pollux, Synergy or generic CSV, or a Gavel .trace"
+CLUSTER_KINDS = "a cluster YAML, an openb node CSV, a Tiresias cluster_spec CSV or a Synergy .ini"
+
+
+def _header(path: Path, kinds: str) -> str:
+    """The first line; a binary file (`--trace /bin/ls`) is named as such, not a UnicodeDecodeError."""
     try:
         with path.open() as fh:
             return fh.readline().strip()
     except OSError as e:
         raise SpecError(str(path), f"cannot read file: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), f"not a text file; expected {kinds}") from None
 
 
 def detect_format(path: Path) -> str:
     if path.is_dir() or path.suffix == ".trace":
         return "gavel"
-    head = _header(path)
+    head = _header(path, TRACE_KINDS)
     cols = {c.strip() for c in head.split(",")}
     if {"name", "cpu_milli", "num_gpu", "gpu_milli"} <= cols:
         return "openb"
@@ -104,18 +112,24 @@ def load_cluster(path: Path) -> Cluster:
     if path.suffix == ".ini":
         nodes, levels = synergy.load_cluster(path)
         return Cluster(nodes, levels, {}, str(path))
-    head = _header(path)
+    head = _header(path, CLUSTER_KINDS)
     cols = {c.strip() for c in head.split(",")}
     if {"sn", "cpu_milli", "gpu", "model"} <= cols:
         return Cluster(openb.load_nodes(path), [], {}, str(path))
     if {"num_switch", "num_node_p_switch", "num_gpu_p_node"} <= cols:
         nodes, levels = tiresias.load_cluster(path)
         return Cluster(nodes, levels, {}, str(path))
-    raise SpecError(
-        str(path),
-        "not a cluster file: expected a cluster YAML, an openb node CSV, a Tiresias "
-        "cluster_spec CSV or a Synergy .ini",
-    )
+    raise SpecError(str(path), f"not a cluster file: expected {CLUSTER_KINDS}")
+
+
+def cluster_arg(arg: Path) -> Cluster:
+    """--cluster: a file, or the name of a built-in cluster (`phalanx.sim.clusters`)."""
+    if not arg.exists() and str(arg) in BUILTIN_CLUSTERS:
+        nodes, levels, what = builtin_cluster(str(arg))
+        return Cluster(nodes, levels, {}, what)
+    if not arg.exists() and not arg.suffix and "/" not in str(arg):  # a name, not a path
+        builtin_cluster(str(arg))  # raises: unknown, with the known names
+    return load_cluster(arg)
 
 
 def default_cluster(fmt: str, trace: Path) -> Cluster:
@@ -130,11 +144,11 @@ def default_cluster(fmt: str, trace: Path) -> Cluster:
         if sib.is_file():
             return load_cluster(sib)
     if fmt == "gavel":
-        nodes, levels = gavel.philly_cluster()
-        return Cluster(nodes, levels, {}, "Gavel philly spec: 500 V100 (125 x 4-GPU servers, racks of 16)")
+        nodes, levels, what = builtin_cluster("gavel-philly-500xV100")
+        return Cluster(nodes, levels, {}, what)
     if fmt == "pollux":
-        nodes, levels = pollux.testbed_cluster()
-        return Cluster(nodes, levels, {}, "Pollux testbed: 16 nodes x 4 T4")
+        nodes, levels, what = builtin_cluster("pollux-64xT4")
+        return Cluster(nodes, levels, {}, what)
     if fmt == "synergy":
         for cand in (
             trace.parent / "configs" / "deployment.ini",
@@ -142,4 +156,6 @@ def default_cluster(fmt: str, trace: Path) -> Cluster:
         ):
             if cand.is_file():
                 return load_cluster(cand)
-    raise SpecError("--cluster", f"give a cluster for this {fmt} trace")
+    raise SpecError(
+        "--cluster", f"give a cluster for this {fmt} trace: a file, or a built-in ({builtin_names()})"
+    )

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, GpuRequest, PodSet, SubGroup, TaskRequest, TopologyConstraint, Workload
+from phalanx.core.model import (
+    MILLI,
+    GpuRequest,
+    Node,
+    PodSet,
+    SubGroup,
+    TaskRequest,
+    TopologyConstraint,
+    Workload,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +139,29 @@ class JobSpec:
             ),
             estimated_runtime=estimated_runtime,
         )
+
+
+def never_fit(jobs: Sequence[JobSpec], nodes: Sequence[Node]) -> str:
+    """One line naming the jobs that no placement on `nodes` can ever hold, or "" when none.
+
+    Such a job waits to the end of the replay without a word (its pending reason repeats every
+    cycle, unseen); said once up front, a wrong --cluster shows at once. Only sure cases count:
+    more GPUs than the whole cluster, or more whole GPUs per task than the largest node has.
+    """
+    total = sum(len(n.gpus) for n in nodes)
+    per_node = max((len(n.gpus) for n in nodes), default=0)
+    bad = []
+    for j in jobs:
+        if j.gpus == 0:
+            continue
+        need = j.min_count * j.gpus_per_task
+        whole_per_task = j.gpus_per_task if j.gpu_milli == MILLI else 1.0
+        if need > total or whole_per_task > per_node:
+            bad.append(f"{j.name} ({j.gpu_amount:g} GPUs, {j.task_count} task(s))")
+    if not bad:
+        return ""
+    names = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    return (
+        f"{len(bad)} job(s) can never fit this cluster ({total} GPUs, at most {per_node} per node) "
+        f"and will wait to the end: {names}"
+    )

@@ -62,6 +62,8 @@ def load_yaml(path: str | Path) -> Any:
         text = p.read_text()
     except OSError as e:
         raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(p), "not a text file: expected YAML") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

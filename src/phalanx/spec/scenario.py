@@ -1,11 +1,12 @@
 """Scenario files: a cluster, workloads, a profile and steps with expectations, all in one YAML.
 
 The same scenarios the tests build with fluent builders can be written this way, run by
-`phalanx schedule --scenario FILE` and checked by `run_scenario`.
+`phalanx scenario FILE` and checked by `run_scenario`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,18 +65,38 @@ def parse_scenario(data: Any, source: str) -> ScenarioRun:
     cluster = parse_cluster(spec.cluster, f"{source}: cluster")
     workloads: list[Workload]
     workloads, _ = parse_workloads({"workloads": spec.workloads}, source)
+    _check_names(spec.steps, {w.name for w in workloads}, source)
     snap = cluster.snapshot()
     for w in workloads:
         snap.add_workload(w)
     return ScenarioRun(snap, spec.profile, spec.seed, spec.steps)
 
 
+def _check_names(steps: list[Step], known: set[str], source: str) -> None:
+    """A step that completes or expects a workload the scenario does not have is a typo: say so
+    here, rather than as a KeyError mid-run or an expectation that can never hold."""
+    for k, step in enumerate(steps):
+        named = [("complete", step.complete)] if step.complete else []
+        ex = step.expect or Expect()
+        for kind, names in (("bound", ex.bound), ("pending", ex.pending), ("nodes", ex.nodes)):
+            named += [(f"expect.{kind}.{w}", w) for w in names]
+        for where, w in named:
+            if w not in known:
+                raise SpecError(
+                    f"{source}: steps[{k}].{where}",
+                    f"unknown workload {w!r} (the scenario's: {', '.join(sorted(known))})",
+                )
+
+
 def load_scenario(path: str | Path) -> ScenarioRun:
     return parse_scenario(load_yaml(path), str(path))
 
 
-def run_scenario(sc: ScenarioRun) -> list[str]:
-    """Run the steps; return the expectations that failed (empty when all hold)."""
+def run_scenario(sc: ScenarioRun, on_cycle: Callable[[CycleResult], None] | None = None) -> list[str]:
+    """Run the steps; return the expectations that failed (empty when all hold).
+
+    `on_cycle` sees every cycle's result (`phalanx scenario` prints the decisions).
+    """
     prof = load_profile(sc.profile)
     rng = np.random.default_rng(sc.seed)
     clock = 0.0
@@ -87,6 +108,8 @@ def run_scenario(sc: ScenarioRun) -> list[str]:
             for _ in range(step.run):
                 clock += 1.0
                 sc.last = run_cycle(sc.snapshot, prof, clock, rng, apply=True)
+                if on_cycle is not None:
+                    on_cycle(sc.last)
                 if not sc.last.binds and not sc.last.evictions:
                     break
         if step.expect:

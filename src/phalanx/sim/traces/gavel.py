@@ -16,14 +16,17 @@ from pathlib import Path
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, Node
 from phalanx.sim.jobs import JobSpec
+from phalanx.sim.traces.rows import read_text
 
 
 def load_throughputs(path: str | Path, worker: str = "v100") -> dict[tuple[str, int], float]:
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SpecError(str(p), f"cannot read throughputs: {e}") from None
+        data = json.loads(read_text(p, "throughputs JSON"))
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{p}:{e.lineno}", f"not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(p), "expected a JSON object of throughputs per worker type")
     table = data.get(worker)
     if not isinstance(table, dict):
         raise SpecError(str(p), f"no {worker!r} throughputs")
@@ -60,10 +63,7 @@ def load_trace(
     p = Path(path)
     vc = queue or p.stem
     jobs = []
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
+    lines = read_text(p, "Gavel .trace").splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

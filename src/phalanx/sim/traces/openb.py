@@ -72,8 +72,10 @@ def load_nodes(path: str | Path, include_cpu_nodes: bool = True) -> list[Node]:
             continue
         mem = GPU_MEMORY_MIB.get(model, DEFAULT_GPU_MEMORY_MIB)
         gpus = tuple(Gpu(j, model, mem) for j in range(ngpu))
+        # the row's own errors name file:line already; only the Node's need it prepended
+        name, cpu, mem_mib = row.text("sn"), row.int("cpu_milli"), row.int("memory_mib")
         try:
-            nodes.append(Node(row.text("sn"), row.int("cpu_milli"), row.int("memory_mib"), gpus))
+            nodes.append(Node(name, cpu, mem_mib, gpus))
         except SpecError as e:
             raise e.located(row.where) from None
     if not nodes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _csv
 import csv
 import math
 from collections.abc import Iterator, Sequence
@@ -67,6 +68,18 @@ class Row:
         return v
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A trace file's text; a missing or binary file is one located error, not an OSError or a
+    UnicodeDecodeError that names no file."""
+    p = Path(path)
+    try:
+        return p.read_text()
+    except OSError as e:
+        raise SpecError(str(p), f"cannot read {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(p), f"not a text file: expected a {what}") from None
+
+
 def read_rows(path: str | Path, required: Sequence[str], delimiter: str = ",") -> Iterator[Row]:
     """Rows of a CSV file with a header; checks the required columns exist."""
     p = Path(path)
@@ -77,16 +90,27 @@ def read_rows(path: str | Path, required: Sequence[str], delimiter: str = ",") -
     with fh:
         reader = csv.reader(fh, delimiter=delimiter)
         try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise SpecError(f"{p}:1", "empty file: expected a header row") from None
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise SpecError(f"{p}:1", f"missing column(s) {', '.join(missing)} (header: {', '.join(header)})")
-        for values in reader:
-            line = reader.line_num
-            if not values or all(not v.strip() for v in values):
-                continue
-            if len(values) != len(header):
-                raise SpecError(f"{p}:{line}", f"expected {len(header)} fields, got {len(values)}")
-            yield Row(str(p), line, dict(zip(header, values, strict=True)))
+            yield from _rows(p, reader, required)
+        except UnicodeDecodeError:
+            raise SpecError(
+                str(p), f"not a text file: expected a CSV with columns {', '.join(required)}"
+            ) from None
+        except csv.Error as e:
+            raise SpecError(f"{p}:{reader.line_num}", f"not a valid CSV: {e}") from None
+
+
+def _rows(p: Path, reader: _csv.Reader, required: Sequence[str]) -> Iterator[Row]:
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise SpecError(f"{p}:1", "empty file: expected a header row") from None
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise SpecError(f"{p}:1", f"missing column(s) {', '.join(missing)} (header: {', '.join(header)})")
+    for values in reader:
+        line = reader.line_num
+        if not values or all(not v.strip() for v in values):
+            continue
+        if len(values) != len(header):
+            raise SpecError(f"{p}:{line}", f"expected {len(header)} fields, got {len(values)}")
+        yield Row(str(p), line, dict(zip(header, values, strict=True)))

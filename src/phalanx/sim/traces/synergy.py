@@ -14,7 +14,7 @@ from pathlib import Path
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Gpu, Node
 from phalanx.sim.jobs import JobSpec
-from phalanx.sim.traces.rows import read_rows
+from phalanx.sim.traces.rows import read_rows, read_text
 
 
 def load_jobs(trace: str | Path, durations: str | Path) -> list[JobSpec]:
@@ -23,10 +23,7 @@ def load_jobs(trace: str | Path, durations: str | Path) -> list[JobSpec]:
         for r in read_rows(durations, ("job_id", "fair_share_duration_s"))
     }
     p = Path(trace)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise SpecError(str(p), f"cannot read file: {e.strerror or e}") from None
+    lines = read_text(p, "Synergy trace").splitlines()
     jobs = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -57,10 +54,10 @@ def load_jobs(trace: str | Path, durations: str | Path) -> list[JobSpec]:
 def load_cluster(path: str | Path) -> tuple[list[Node], list[str]]:
     cp = configparser.ConfigParser(inline_comment_prefixes=("#",))
     try:
-        read = cp.read(path)
+        cp.read_string(read_text(path, "Synergy .ini"), str(path))
     except configparser.Error as e:
-        raise SpecError(str(path), f"not a valid .ini: {e}") from None
-    if not read or "CLUSTER" not in cp:
+        raise SpecError(str(path), f"not a valid .ini: {e.message.splitlines()[0]}") from None
+    if "CLUSTER" not in cp:
         raise SpecError(str(path), "missing [CLUSTER] section")
     c = cp["CLUSTER"]
     try:
