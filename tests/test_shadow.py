@@ -106,10 +106,12 @@ def test_a_capture_file_round_trips_and_a_bad_one_is_one_clear_error(tmp_path: P
             "objects",
         ),
         (gzip.compress(b"[]"), "not a capture file"),
+        (bytes(range(128, 256)), "not a text file; expected a capture file"),  # binary, not gzip
     ):
         bad.write_bytes(body)
         with pytest.raises(SpecError, match="--capture") as e:
             cap.load(bad)
         assert says in str(e.value)
+        assert "codec" not in str(e.value)
     with pytest.raises(SpecError, match="cannot read the file"):
         cap.load(tmp_path / "missing.json")

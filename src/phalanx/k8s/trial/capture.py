@@ -151,6 +151,8 @@ def load(path: Path) -> Capture:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         d = json.loads(raw)
+    except UnicodeDecodeError:  # a binary file that is not gzip: the codec's detail helps nobody
+        raise SpecError(where, "not a text file; expected a capture file (JSON, or gzipped JSON)") from None
     except (OSError, ValueError, EOFError) as e:
         raise SpecError(where, f"not a capture file (JSON, or gzipped JSON): {e}") from None
     if not isinstance(d, dict) or d.get("kind") != KIND:
