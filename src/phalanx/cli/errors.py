@@ -23,9 +23,8 @@ def user_errors() -> Iterator[None]:
     except SpecError as e:
         _say(str(e))
         raise typer.Exit(2) from None
-    except (
-        UnicodeDecodeError
-    ):  # a last resort: the readers name the file; one that does not still gets one line
+    except UnicodeDecodeError:
+        # a last resort: the readers name the file; one that does not still gets one line
         _say("a file given is not a text (UTF-8) file; give the trace, cluster or YAML file itself")
         raise typer.Exit(2) from None
 
