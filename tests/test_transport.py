@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import http.client
+import pathlib
 import ssl
+from typing import Any
 
 import pytest
 
@@ -67,3 +69,43 @@ def test_only_once_and_other_errors_are_not_retried() -> None:
     with pytest.raises(ssl.SSLError):
         transport(refused).send("GET", "/api", None, None, {})
     assert refused.sent == 1
+
+
+def kubeconfig(tmp_path: pathlib.Path, server: str, extra: str = "") -> str:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: '{server}'{extra}}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    return str(cfg)
+
+
+@pytest.mark.parametrize(
+    ("server", "extra", "loads"),
+    [
+        ("http://127.0.0.1:1", "", 0),  # a fake API server or `kubectl proxy`: no TLS, no CA bundle read
+        ("https://127.0.0.1:1", ", insecure-skip-tls-verify: true", 1),
+        ("https://127.0.0.1:1", "", 1),  # the system's CA bundle, read once for all three clients
+    ],
+)
+def test_one_tls_context_per_connection_and_none_for_plain_http(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, server: str, extra: str, loads: int
+) -> None:
+    from phalanx.k8s.client import api as api_module
+
+    made: list[ssl.SSLContext] = []
+    real = api_module.verify_cluster
+
+    def counting(*args: Any, **kw: Any) -> ssl.SSLContext:
+        made.append(real(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(api_module, "verify_cluster", counting)
+    a = api_module.Api.connect(kubeconfig=kubeconfig(tmp_path, server, extra))
+    try:
+        assert len(made) == loads
+        if loads:
+            assert isinstance(a.transport, DirectTransport) and a.transport.context is made[0]
+    finally:
+        a.close()

@@ -10,14 +10,16 @@ anyway. Errors become the typed exceptions below, carrying the server's Status.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2 as httpx
 import msgspec
-from lightkube.config.client_adapter import ConnectionParams
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.client_adapter import user_auth, verify_cluster
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
 from phalanx.k8s.client.kinds import BY_KEY, EVENTS, LEASES, NAMESPACES, PODS, Kind, of
 from phalanx.k8s.client.transport import DirectTransport, HttpxTransport, Transport
@@ -27,6 +29,29 @@ _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 JSON = {"Content-Type": "application/json"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
+    """The cluster's verification context, built once per connection: loading a CA bundle
+    costs tens of milliseconds of OpenSSL. A plain `http://` server (a test's fake, `kubectl
+    proxy`) speaks no TLS, so nothing is loaded for it."""
+    assert config.user is not None
+    if urlsplit(config.cluster.server).scheme != "https":
+        return None
+    return verify_cluster(config.cluster, config.user, config.abs_file)
+
+
+def client_params(
+    config: SingleConfig, context: ssl.SSLContext | None, timeout: httpx.Timeout
+) -> dict[str, Any]:
+    """What lightkube's `ConnectionParams.httpx_params` gives, with the one context shared."""
+    return {
+        "base_url": config.cluster.server,
+        "verify": context if context is not None else False,
+        "auth": user_auth(config.user),
+        "timeout": timeout,
+        "trust_env": True,
+    }
 
 
 class ApiError(Exception):
@@ -114,17 +139,18 @@ class Api:
         single = config.get()
         if single is None:
             raise ValueError("the kubeconfig names no current context")
-        params = ConnectionParams(timeout=httpx.Timeout(timeout_s)).httpx_params(single)
+        context = tls_context(single)
+        params = client_params(single, context, httpx.Timeout(timeout_s))
         transport: Transport
         if DirectTransport.usable(single):
-            transport = DirectTransport(single, timeout_s)
+            transport = DirectTransport(single, timeout_s, context)
         else:
             transport = HttpxTransport(
                 lambda: httpx.Client(
                     **params, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4)
                 )
             )
-        wparams = ConnectionParams(timeout=httpx.Timeout(timeout_s, read=None)).httpx_params(single)
+        wparams = client_params(single, context, httpx.Timeout(timeout_s, read=None))
         watch_client = httpx.Client(**wparams, limits=httpx.Limits(max_connections=None))
         return cls(transport, watch_client)
 

@@ -20,7 +20,6 @@ from typing import Protocol
 from urllib.parse import urlencode, urlsplit
 
 import httpx2 as httpx
-from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
 # what sending on a kept-alive connection the server has closed raises: over TLS the close is
@@ -81,7 +80,7 @@ class HttpxTransport:
 class DirectTransport:
     """`http.client` connections, one per thread, kept alive; a dropped one is reopened once."""
 
-    def __init__(self, config: SingleConfig, timeout_s: float) -> None:
+    def __init__(self, config: SingleConfig, timeout_s: float, context: ssl.SSLContext | None) -> None:
         assert config.user is not None
         u = urlsplit(config.cluster.server)
         self.https = u.scheme == "https"
@@ -89,9 +88,7 @@ class DirectTransport:
         self.port = u.port or (443 if self.https else 80)
         self.base = u.path.rstrip("/")
         self.timeout_s = timeout_s
-        self.context: ssl.SSLContext | None = (
-            verify_cluster(config.cluster, config.user, config.abs_file) if self.https else None
-        )
+        self.context = context  # the cluster's, built once by the caller; None for plain HTTP
         self.token = config.user.token
         self.token_file = config.user.token_file
         self._token_read = 0.0
