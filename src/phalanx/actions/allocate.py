@@ -66,7 +66,7 @@ class Allocate:
         looks at the heads, not at everything that waits.
         """
         s = session.snapshot
-        if all(getattr(o, "natural", False) for o in session.profile.order):
+        if all(o.natural for o in session.profile.order):
             merged = heapq.merge(*(list(order) for order in s.group_order.values()))
             source: Iterator[WorkloadEntry] = (s.workloads[nat[-1]] for nat in merged)
         else:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
 from phalanx.actions import subgroups
 from phalanx.actions.said import asked, free, plural
 from phalanx.core.decisions import Reason
-from phalanx.core.extension import Domain, NodeBound
+from phalanx.core.extension import Domain
 from phalanx.core.feasibility import node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 from phalanx.core.statement import Statement
+from phalanx.core.traits import node_bounds
 
 WHOLE_CLUSTER = Domain("cluster", "", None)
 
@@ -92,12 +92,12 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
         req = session.effective(t.request)
         k = req.shape_key
         counts[k] = (req, t, counts[k][2] + 1 if k in counts else 1)
-    bounds = [f for f in session.profile.filters if filtered and callable(getattr(f, "excluded", None))]
+    bounds = node_bounds(session.profile.filters) if filtered else []
     total = 0
     for req, task, n in counts.values():
         cap = node_capacity(session.snapshot, req)
         for f in bounds:
-            out = cast(NodeBound, f).excluded(session, task)
+            out = f.excluded(session, task)
             if out is not None:
                 cap = np.where(out, 0, cap)
         total += min(n, int(cap.sum()))

@@ -21,6 +21,7 @@ from phalanx.actions.allocate import allocate_workload
 from phalanx.actions.gang import _place_gang, gang_key, gang_tasks, upper_bound
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
+from phalanx.core.traits import cycle_hooks
 
 
 class Replan:
@@ -30,10 +31,9 @@ class Replan:
         s = session.snapshot
         running = [e for e in s.running.values() if e.workload.preemptible]
         pending = list(s.pending_workloads())
-        hooks = session.profile.order
+        hooks = cycle_hooks(session.profile.order)
         for o in hooks:
-            if hasattr(o, "begin_cycle"):
-                o.begin_cycle([*running, *pending])
+            o.begin_cycle([*running, *pending])
         order = sorted([*running, *pending], key=session.order_key)
         was_running = {e.name for e in running}
         first_waiting = next((k for k, e in enumerate(order) if e.name not in was_running), len(order))
@@ -43,8 +43,7 @@ class Replan:
             self._apply(session, order, was_running, self._cut(session, was_running, order, first_waiting))
         now_running = {e.name for e in order if e.name in s.running}
         for o in hooks:
-            if hasattr(o, "end_cycle"):
-                o.end_cycle(order, now_running)
+            o.end_cycle(order, now_running)
 
     @staticmethod
     def _fill(session: Session, waiting: list[WorkloadEntry]) -> None:

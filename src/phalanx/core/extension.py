@@ -1,9 +1,13 @@
 """Typed extension points. Each says how the answers of several plugins combine.
 
 - WorkloadOrder: lexicographic, in profile order; ties end with (creation time, name).
+- CycleHooks, ChangeForecast (optional on an order): state across cycles; keys that move by themselves.
 - NodeFilter: intersection (a node survives only if every filter keeps it).
 - NodeScorer: weighted sum of scores over the candidate nodes.
 - ClassKeyed (optional on a filter or scorer): what its answer depends on besides node state.
+- NodeBound (optional on a filter): the nodes it refuses a task outright.
+Optional traits are declared by subclassing their Protocol and checked when a profile is
+compiled (`phalanx.core.traits`); the core reads them from `ProfileTraits`, never by probing.
 - DeviceSelector: the profile names one; the default picks topology-aware / best-fit devices.
 - GangPlanner: the profile names one; it proposes node sets (topology domains) to try in order.
 - AdmissionCheck: first rejection wins (quota limits, borrowing, lending, non-preemptible in quota).
@@ -44,9 +48,41 @@ class PlacementContext:
 
 
 class WorkloadOrder(Protocol):
+    """A sort key for waiting work; what the key depends on, declared, lets the core memoise it.
+
+    `static`: the key depends only on the workload (kept in the entry across cycles).
+    `cycle_static`: it holds for one cycle (attained service, run time move between cycles).
+    `natural`: the order is the snapshot's own (priority, age, name), kept sorted for free.
+    """
+
     name: str
 
+    @property
+    def static(self) -> bool: ...
+
+    @property
+    def cycle_static(self) -> bool: ...
+
+    @property
+    def natural(self) -> bool: ...
+
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]: ...
+
+
+class CycleHooks(Protocol):
+    """An order that keeps state across cycles (LAS's per-level lists): told when a re-plan
+    starts and ends. Declared by subclassing; `phalanx.core.traits` checks the claim."""
+
+    def begin_cycle(self, entries: list[WorkloadEntry]) -> None: ...
+
+    def end_cycle(self, entries: list[WorkloadEntry], running: set[str]) -> None: ...
+
+
+class ChangeForecast(Protocol):
+    """An order whose key of a running workload changes by itself (LAS crossing a threshold):
+    says when, so that the replay runs a cycle then. Declared by subclassing."""
+
+    def next_change(self, entry: WorkloadEntry, now: float) -> float | None: ...
 
 
 class NodeFilter(Protocol):

@@ -65,8 +65,8 @@ class Session:
         (`cycle_static`: attained service and run time move only between cycles)."""
         if self._order_memo is None:
             order = self.profile.order
-            static = all(getattr(o, "static", False) for o in order)
-            cycle = all(getattr(o, "static", False) or getattr(o, "cycle_static", False) for o in order)
+            static = all(o.static for o in order)
+            cycle = all(o.static or o.cycle_static for o in order)
             self._order_memo = ("entry" if static else "cycle" if cycle else "none", {})
         how, keys = self._order_memo
         cached: object = None
@@ -129,7 +129,7 @@ class Session:
         Workloads no cycle has looked at yet, and partly placed ones, are always included.
         """
         s = self.snapshot
-        natural = all(getattr(o, "natural", False) for o in self.profile.order)
+        natural = all(o.natural for o in self.profile.order)
         special = s.fresh | s.partial
         out: list[WorkloadEntry] = []
         for key, group in s.pending_groups.items():

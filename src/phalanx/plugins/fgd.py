@@ -16,7 +16,7 @@ import numpy as np
 
 from phalanx.core.cluster import ClusterState, DeviceAssignment
 from phalanx.core.devices import charge, default_assignment
-from phalanx.core.extension import FloatArray, PlacementContext
+from phalanx.core.extension import ClassKeyed, FloatArray, PlacementContext
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable, task_types_of
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
@@ -73,7 +73,7 @@ class _Cache:
     choices: dict[tuple[object, ...], int] = field(default_factory=dict)  # select's GPU by node state
 
 
-class FgdScorer:
+class FgdScorer(ClassKeyed):
     """Node scorer and GPU selector by fragmentation gradient."""
 
     name = "fgd"

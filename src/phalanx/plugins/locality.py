@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from phalanx.core.extension import SCORES_ZERO, FloatArray, PlacementContext
+from phalanx.core.extension import SCORES_ZERO, ClassKeyed, FloatArray, PlacementContext
 from phalanx.core.model import Task, TaskRequest
 
 if TYPE_CHECKING:
     from phalanx.core.session import Session
 
 
-class LocalityScorer:
+class LocalityScorer(ClassKeyed):
     name = "locality"
 
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:

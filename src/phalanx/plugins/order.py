@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from phalanx.core.extension import ChangeForecast, CycleHooks
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
 
@@ -15,13 +16,14 @@ EPS = 1e-6  # GPU-seconds: a workload that reaches a threshold by float arithmet
 class PriorityOrder:
     name = "priority"
     static = True  # depends only on the workload: sort keys may be memoised
+    cycle_static = True
     natural = True  # the snapshot's natural order (priority, age, name)
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
         return (-entry.workload.priority,)
 
 
-class LasOrder:
+class LasOrder(CycleHooks, ChangeForecast):
     """Least attained service (Tiresias' discretised 2D-LAS): fewer GPU-seconds received, earlier.
 
     Attained service is GPUs x time run, kept by the driver (`Snapshot.advance`). It is
@@ -31,6 +33,7 @@ class LasOrder:
 
     name = "las"
     static = False
+    natural = False
 
     @property
     def cycle_static(self) -> bool:
@@ -98,6 +101,7 @@ class SrtfOrder:
     name = "srtf"
     static = False
     cycle_static = True  # run time executed moves only between cycles
+    natural = False
 
     def key(self, session: Session, entry: WorkloadEntry) -> tuple[float | int | str, ...]:
         est = entry.workload.estimated_runtime

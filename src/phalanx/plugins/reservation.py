@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
-from phalanx.core.extension import PlacementContext
+from phalanx.core.extension import ClassKeyed, NodeBound, PlacementContext
 from phalanx.core.model import Task, TaskRequest
 
 if TYPE_CHECKING:
     from phalanx.core.session import Reservation, Session
 
 
-class ReservationFilter:
+class ReservationFilter(ClassKeyed, NodeBound):
     name = "reservation"
 
     def __init__(self) -> None:

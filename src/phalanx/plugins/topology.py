@@ -11,7 +11,7 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
-from phalanx.core.extension import SCORES_ZERO, Domain, FloatArray, PlacementContext
+from phalanx.core.extension import SCORES_ZERO, ClassKeyed, Domain, FloatArray, PlacementContext
 from phalanx.core.feasibility import UNBOUNDED, node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
@@ -83,7 +83,7 @@ class TopologyPlanner:
             yield Domain("cluster", "", None)
 
 
-class GangAffinityScorer:
+class GangAffinityScorer(ClassKeyed):
     """Within a domain, prefer nodes that already run tasks of the same workload."""
 
     name = "gang-affinity"

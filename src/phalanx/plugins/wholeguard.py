@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
-from phalanx.core.extension import PlacementContext
+from phalanx.core.extension import ClassKeyed, PlacementContext
 from phalanx.core.fragmentation import task_types_of
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from phalanx.core.session import Session
 
 
-class WholeGpuGuard:
+class WholeGpuGuard(ClassKeyed):
     name = "whole-gpu-guard"
 
     def __init__(self, beta: float = 0.06) -> None:

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,7 +22,18 @@ from phalanx.actions.preempt import Preempt
 from phalanx.actions.reclaim import Reclaim
 from phalanx.actions.replan import Replan
 from phalanx.actions.reserve import Reserve
+from phalanx.core import traits
 from phalanx.core.errors import SpecError
+from phalanx.core.extension import (
+    Action,
+    AdmissionCheck,
+    DeviceSelector,
+    GangPlanner,
+    NodeFilter,
+    NodeScorer,
+    QueueOrder,
+    WorkloadOrder,
+)
 from phalanx.core.profile import Profile
 from phalanx.plugins.bestfit import BestFitScorer
 from phalanx.plugins.binpack import BinpackScorer, SpreadScorer
@@ -40,9 +51,11 @@ from phalanx.plugins.reservation import ReservationFilter
 from phalanx.plugins.topology import GangAffinityScorer, TopologyPlanner
 from phalanx.plugins.wholeguard import WholeGpuGuard
 
-Factory = Callable[..., Any]
+T = TypeVar("T")
+Factory = Callable[..., Any]  # any plugin's constructor, for the argument check
 
-ACTIONS: Mapping[str, Factory] = {
+# The registry, typed by extension point: mypy checks that each class satisfies its Protocol.
+ACTIONS: Mapping[str, Callable[..., Action]] = {
     "allocate": Allocate,
     "backfill": Backfill,
     "preempt": Preempt,
@@ -51,7 +64,7 @@ ACTIONS: Mapping[str, Factory] = {
     "reserve": Reserve,
     "replan": Replan,
 }
-SCORERS: Mapping[str, Factory] = {
+SCORERS: Mapping[str, Callable[..., NodeScorer]] = {
     "random": RandomScorer,
     "dotprod": DotProdScorer,
     "gpuclustering": GpuClusteringScorer,
@@ -63,12 +76,33 @@ SCORERS: Mapping[str, Factory] = {
     "locality": LocalityScorer,
     "gang-affinity": GangAffinityScorer,
 }
-SELECTORS: Mapping[str, Factory] = {"bestfit-gpu": BestFitGpu, "random-gpu": RandomGpu, "fgd": FgdScorer}
-ORDERS: Mapping[str, Factory] = {"priority": PriorityOrder, "las": LasOrder, "srtf": SrtfOrder}
-PLANNERS: Mapping[str, Factory] = {"topology": TopologyPlanner}
-ADMISSION: Mapping[str, Factory] = {"quota": QuotaCheck}
-QUEUE_ORDERS: Mapping[str, Factory] = {"fairshare": FairShareOrder}
-FILTERS: Mapping[str, Factory] = {"whole-gpu-guard": WholeGpuGuard, "reservation": ReservationFilter}
+SELECTORS: Mapping[str, Callable[..., DeviceSelector]] = {
+    "bestfit-gpu": BestFitGpu,
+    "random-gpu": RandomGpu,
+    "fgd": FgdScorer,
+}
+ORDERS: Mapping[str, Callable[..., WorkloadOrder]] = {
+    "priority": PriorityOrder,
+    "las": LasOrder,
+    "srtf": SrtfOrder,
+}
+PLANNERS: Mapping[str, Callable[..., GangPlanner]] = {"topology": TopologyPlanner}
+ADMISSION: Mapping[str, Callable[..., AdmissionCheck]] = {"quota": QuotaCheck}
+QUEUE_ORDERS: Mapping[str, Callable[..., QueueOrder]] = {"fairshare": FairShareOrder}
+FILTERS: Mapping[str, Callable[..., NodeFilter]] = {
+    "whole-gpu-guard": WholeGpuGuard,
+    "reservation": ReservationFilter,
+}
+REGISTRIES: Mapping[str, Mapping[str, Callable[..., object]]] = {
+    "actions": ACTIONS,
+    "scorers": SCORERS,
+    "device_selector": SELECTORS,
+    "order": ORDERS,
+    "gang_planner": PLANNERS,
+    "admission": ADMISSION,
+    "queue_order": QUEUE_ORDERS,
+    "filters": FILTERS,
+}
 
 
 class PluginSpec(BaseModel):
@@ -95,15 +129,17 @@ class ProfileSpec(BaseModel):
     queue_order: PluginSpec | None = None
 
 
-def _make(registry: Mapping[str, Factory], spec: PluginSpec, where: str) -> Any:
+def _make(registry: Mapping[str, Callable[..., T]], spec: PluginSpec, where: str) -> T:
     factory = registry.get(spec.name)
     if factory is None:
         raise SpecError(where, f"unknown plugin {spec.name!r} (known: {', '.join(sorted(registry))})")
     _check_arg_names(factory, spec, where)
     try:
-        return factory(**spec.args)
+        plugin = factory(**spec.args)
     except (TypeError, ValueError) as e:  # a value the plugin refuses
         raise SpecError(f"{where}.args", f"bad arguments for {spec.name}: {e}") from None
+    traits.check(plugin, where)
+    return plugin
 
 
 def _check_arg_names(factory: Factory, spec: PluginSpec, where: str) -> None:
@@ -131,14 +167,18 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
         loc = ".".join(str(x) for x in err["loc"])
         raise SpecError(f"{source}: {loc}", err["msg"]) from None
     scorers = [(_make(SCORERS, p, f"{source}: scorers[{k}]"), p.weight) for k, p in enumerate(spec.scorers)]
-    selector = None
-    if spec.device_selector is not None:
+    selector: DeviceSelector | None = None
+    if spec.device_selector is not None:  # a plugin in both registries (fgd): one object scores and selects
         same = [
             s
             for (s, _), p in zip(scorers, spec.scorers, strict=True)
             if p.name == spec.device_selector.name and not spec.device_selector.args
         ]
-        selector = same[0] if same else _make(SELECTORS, spec.device_selector, f"{source}: device_selector")
+        selector = (
+            cast(DeviceSelector, same[0])
+            if same
+            else _make(SELECTORS, spec.device_selector, f"{source}: device_selector")
+        )
     return Profile(
         name=spec.name,
         description=spec.description,
