@@ -17,20 +17,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
 from phalanx.k8s.act.executor import Executor, Outcome
 from phalanx.k8s.act.explain import Explainer
-from phalanx.k8s.act.insight import Insight, RunTimes, insights
 from phalanx.k8s.act.shares import Shares
 from phalanx.k8s.act.staging import StageRequests
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.client.cache import Informers, Store, object_key
 from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.cycle import Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.leader import LeaderElector
 from phalanx.k8s.loop.repeat_memory import forget_old, restore, to_saved
@@ -103,7 +102,8 @@ class Scheduler:
         # what we did that the watch may not show yet (kube-scheduler's "assume")
         self.assume = Assumptions(ttl=60.0)
         self.kueue_unhonoured: list[str] = []
-        self.runtimes = RunTimes()
+        # start forecasts: run times learnt from finished pods add up across cycles
+        self.forecasting = Forecasting(cfg.forecast_budget_s, default_queue=cfg.default_queue, courtesy=True)
         self.board = Board(pool_label=cfg.pool_label)
         self.last_insight: dict[str, str] = {}
         self.staging = StageRequests(api, cfg.stage_ahead_s)
@@ -207,7 +207,6 @@ class Scheduler:
         if self.unclaimed and (self.restore_due or shapes != self.restore_seen):
             self.restore_due, self.restore_seen = False, shapes
             restore(self.evicted_for, self.unclaimed, world.snapshot)  # as an earlier leader saved it
-        world.snapshot.evicted_for = self.evicted_for
         pod_objects = {
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
             for p in pods
@@ -217,8 +216,8 @@ class Scheduler:
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        # applied: queue status and metrics show the cycle's outcome
-        result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        decision = decide(world, self.profile, now, self.rng, evicted_for=self.evicted_for)
+        result = decision.result
         if result.binds or result.evictions:
             self.carry.applied = True  # the snapshot moved on: the next cycle reads again
         t_decide = time.perf_counter()
@@ -251,16 +250,7 @@ class Scheduler:
             for o in objs
             if label(kind, o) in world.problems
         }
-        ahead = Insight()
-        if self.cfg.forecast_budget_s > 0 and result.pending:
-            self.runtimes.observe(pods, self.cfg.default_queue)
-            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
-            try:
-                ahead = insights(
-                    world.snapshot, self.profile, now, waiting, self.runtimes, self.cfg.forecast_budget_s
-                )
-            except Exception:  # a forecast is a courtesy: it never stops a cycle
-                log.exception("start forecast failed")
+        ahead = decision.foresee(self.forecasting, finished=pods)  # after the binds: they never wait for it
         insight = ahead.texts
         self.last_insight = insight
         if self.cfg.stage_ahead_s > 0:
