@@ -21,18 +21,17 @@ from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
-from phalanx.k8s.act.executor import Executor, Outcome
+from phalanx.k8s.act.executor import Executor, Outcome, Scene
 from phalanx.k8s.act.explain import Explainer
-from phalanx.k8s.act.shares import Shares
 from phalanx.k8s.act.staging import StageRequests
 from phalanx.k8s.client.api import Api
-from phalanx.k8s.client.cache import Informers, Store, object_key
+from phalanx.k8s.client.cache import Informers, Store
 from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.leader import LeaderElector
-from phalanx.k8s.loop.repeat_memory import forget_old, restore, to_saved
+from phalanx.k8s.loop.repeat_memory import Memory, RepeatMemory
 from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
@@ -75,16 +74,14 @@ class Scheduler:
         self.service_store = ServiceStore(api, cfg.lease_namespace)
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
-        self.restore_due = False  # the repeat guard's saved memory was just read back
-        self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
-        self.unclaimed: dict[
-            str, dict[str, float]
-        ] = {}  # saved evictions no shape in the snapshot claimed yet
+        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
+        # saved with the attained service (phalanx.k8s.loop.repeat_memory)
+        self.repeats = RepeatMemory()
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
         if cfg.gpu_shares == "reservation":
-            self.executor.shares = Shares(api, cfg, self.executor._retry, clock)
+            self.executor.share_gpus(cfg, clock)
         self.explainer = Explainer(api)
         self.elector = LeaderElector(
             api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
@@ -95,9 +92,6 @@ class Scheduler:
         self.translations = Translations()
         self.carry = Carry()  # the snapshot kept from one cycle to the next
         self.audited = time.monotonic()
-        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
-        # saved with the attained service (phalanx.k8s.loop.repeat_memory)
-        self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume")
         self.assume = Assumptions(ttl=60.0)
@@ -110,6 +104,11 @@ class Scheduler:
         # the store's generation when a cycle left nothing to do (None: the next cycle must run)
         self.quiet_at: int | None = None
         self.last_cycle = 0.0  # monotonic time of the last cycle run
+
+    @property
+    def evicted_for(self) -> Memory:
+        """The repeat guard's memory of evictions (kept by `repeats`)."""
+        return self.repeats.evicted_for
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -187,7 +186,7 @@ class Scheduler:
         self._kueue_unhonoured(read.kueue)
         queues, dra = read.queues, read.dra
         rebuilt = self.carry.rebuilt
-        if self.board.building.is_set():  # the dashboard still reads the last snapshot: leave it that one
+        if self.board.reading():  # the dashboard still reads the last snapshot: leave it that one
             self.carry.drop()
         stamp = (generation, self.assume.stamp())
         world = read.world(self.cfg, now, self.translations, self.carry, stamp)
@@ -202,35 +201,24 @@ class Scheduler:
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
-            forget_old(self.evicted_for, now)  # by age: a gang evicted may be absent while it is remade
-        shapes = world.snapshot.types_version  # moves whenever a workload comes or goes
-        if self.unclaimed and (self.restore_due or shapes != self.restore_seen):
-            self.restore_due, self.restore_seen = False, shapes
-            restore(self.evicted_for, self.unclaimed, world.snapshot)  # as an earlier leader saved it
-        pod_objects = {
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pods
-        }
-        uids = {k: str((o.get("metadata") or {}).get("uid", "")) for k, o in pod_objects.items()}
+            self.repeats.forget_old(now)  # by age: a gang evicted may be absent while it is remade
+        self.repeats.claim(world.snapshot)  # as an earlier leader saved it
         out = Outcome()
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        decision = decide(world, self.profile, now, self.rng, evicted_for=self.evicted_for)
+        decision = decide(world, self.profile, now, self.rng, evicted_for=self.repeats.evicted_for)
         result = decision.result
         if result.binds or result.evictions:
             self.carry.applied = True  # the snapshot moved on: the next cycle reads again
         t_decide = time.perf_counter()
-        self._reservations(world, out)
+        scene = Scene.of(world, pods, dra)
+        self.executor.tidy_shares(world, self.assume.gone, out)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
-        self.executor.claims = {object_key(c): c for c in dra.claims}
-        self.executor.dra_devices = world.snapshot.dra_devices
-        self.executor.group_claims = world.group_claims
-        self.executor.device_classes = {str((c.get("metadata") or {}).get("name")): c for c in dra.classes}
         try:
             if world.unfinished:
-                self.executor.finish(world.unfinished, uids, out, pod_objects)
-            out.merge(self.executor.apply(result, uids, pod_objects))
+                self.executor.finish(world.unfinished, scene, out)
+            out.merge(self.executor.apply(result, scene))
         finally:
             self.explainer.writer.resume()
         t_act = time.perf_counter()
@@ -256,7 +244,7 @@ class Scheduler:
         if self.cfg.stage_ahead_s > 0:
             self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
         held = held_preemptors(result, out, binds)
-        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound, out.broken)
+        self.explainer.write(world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken)
         board_cycle(self.board, world, result, out, binds, insight, now)
         t_end = time.perf_counter()
         seconds = t_end - t0
@@ -308,18 +296,17 @@ class Scheduler:
             log.info(
                 "attained service of %d workload(s), usage history of %d queue(s) and %d workload(s)'"
                 " evictions read back",
-                len(self.service.served) + len(self.service._running),
+                self.service.tracked(),
                 len(self.service.history),
                 len(self.service.evictions),
             )
-        self.restore_due = True
-        self.unclaimed = {w: dict(shapes) for w, shapes in self.service.evictions.items()}
+        self.repeats.read_back(self.service.evictions)
 
     def _save_service(self, now: float) -> None:
         if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
             return
         self.service_saved = now
-        self.service.evictions = to_saved(self.evicted_for, self.unclaimed, now)
+        self.service.evictions = self.repeats.to_saved(now)
         try:
             self.service_store.write(self.service.to_dict())
         except Exception as e:  # not fatal: the next interval tries again
@@ -331,21 +318,6 @@ class Scheduler:
             for line in k.unhonoured:
                 log.warning("Kueue migration: %s", line)
             self.kueue_unhonoured = k.unhonoured
-
-    def _reservations(self, world: World, out: Outcome) -> None:
-        """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""
-        shares = self.executor.shares
-        if shares is None:
-            return
-        shares.refresh(world.reservations)
-        for slot in world.idle_reservations:
-            if not shares.recent(slot, ttl=5.0):
-                shares.delete(slot, world.reservations.get(slot))
-        for task, (node, index) in sorted(world.orphan_shares.items()):
-            if task not in self.assume.gone and shares.gone((node, index)):
-                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
-                log.warning("evicting share %s: %s", task, why)
-                self.executor.evict(task, why, out)
 
     def _audit(self, world: World, read: Gathered, now: float) -> World:
         """Now and then, the kept snapshot against one built from scratch: on a difference (a bug of
