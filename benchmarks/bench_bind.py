@@ -165,7 +165,7 @@ def run_one(
             proc.terminate()
             proc.wait(timeout=30)
             log = (cp.dir / "logs" / "phalanx.log").read_text(errors="replace")
-            out["cycles"] = [float(x) for x in re.findall(r"cycle: .*\((\d+\.\d+) s[:)]", log)]
+            out["cycles"] = [float(x) for x in re.findall(r"cycle(?: \d+)?: .*\((\d+\.\d+) s[:)]", log)]
         api.close()
         return out
 

@@ -18,8 +18,8 @@ import yaml
 
 from e2e_kube import Kube, phalanx, running, wait_for
 from kube_objects import node, pod, pod_group
-from phalanx.k8s.act.insight import wall
 from phalanx.k8s.client.kinds import Kind
+from phalanx.k8s.decide.insight import wall
 from phalanx.k8s.read.pods import timestamp
 
 pytestmark = pytest.mark.e2e

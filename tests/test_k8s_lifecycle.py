@@ -9,8 +9,8 @@ import time
 
 from fakeapi import FakeApi
 from kube_objects import pod, pod_group
-from phalanx.k8s.act.insight import wall
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.insight import wall
 from phalanx.k8s.read.pods import timestamp
 from phalanx.k8s.view.board import build
 from phalanx.k8s.view.status import collect

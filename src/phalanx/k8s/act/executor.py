@@ -11,6 +11,9 @@ the gang, and the pods we bound are evicted so that no gang stays partly bound b
 
 Gangs are bound concurrently by a pool of workers (one gang per worker, its members in
 order), which is what lets the API server, not our round trips, set the pace.
+
+What the calls act on (pod objects, uids, ResourceClaims, DRA devices) is the cycle's `Scene`, handed
+in with the decisions: nothing of one cycle is left on the executor for the next.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,9 +33,13 @@ from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
 from phalanx.k8s.act.shares import Shares, is_share
 from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.client.kinds import RESOURCE_CLAIMS
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.devices import ALL, binding_notes, encode_plan, stale_keys
 from phalanx.k8s.read.dra import allocation_of, status_of
+from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
 T = TypeVar("T")
@@ -54,6 +61,35 @@ class Outcome:
         self.deferred += other.deferred
         self.not_evicted += other.not_evicted
         self.refusals.update(other.refusals)
+
+
+@dataclass
+class Scene:
+    """What one cycle's API calls act on, as the cycle read it: handed to the executor with the
+    decisions rather than set on it before each call."""
+
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod objects by namespace/name
+    uids: dict[str, str] = field(default_factory=dict)  # pod uids by namespace/name
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # ResourceClaims; our writes update it
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)  # DeviceClasses by name
+    dra_devices: dict[tuple[str, str, str], DraDevice] = field(default_factory=dict)
+    group_claims: dict[str, dict[str, str]] = field(default_factory=dict)  # claims reserved for a PodGroup
+    claims_lock: threading.Lock = field(default_factory=threading.Lock)  # gangs are bound concurrently
+
+    @classmethod
+    def of(cls, world: World, pods: list[dict[str, Any]], dra: DraObjects) -> Scene:
+        by_key = {
+            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
+            for p in pods
+        }
+        return cls(
+            pods=by_key,
+            uids={k: str((o.get("metadata") or {}).get("uid", "")) for k, o in by_key.items()},
+            claims={object_key(c): c for c in dra.claims},
+            device_classes={str((c.get("metadata") or {}).get("name")): c for c in dra.classes},
+            dra_devices=world.snapshot.dra_devices,
+            group_claims=world.group_claims,
+        )
 
 
 class Retry(Exception):
@@ -79,12 +115,12 @@ class Executor:
         self.backoff = backoff
         self.sleep = sleep
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
-        self.claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name (set each cycle)
-        self.dra_devices: dict[tuple[str, str, str], DraDevice] = {}
-        self.device_classes: dict[str, dict[str, Any]] = {}
-        self.claims_lock = threading.Lock()
-        self.group_claims: dict[str, dict[str, str]] = {}  # claims reserved for a PodGroup (set each cycle)
         self.shares: Shares | None = None  # GPU shares through reservation pods (phalanx.k8s.act.shares)
+
+    def share_gpus(self, cfg: AdapterConfig, clock: Callable[[], float]) -> None:
+        """GPU shares on the stock device plugin (`--gpu-shares reservation`): their reservation pods
+        are written with this executor's retries."""
+        self.shares = Shares(self.api, cfg, self._retry, clock)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -129,10 +165,25 @@ class Executor:
             cause = e if isinstance(e, ApiError) else e.__cause__
             out.refusals[task] = cause.message if isinstance(cause, ApiError) else str(e)
 
+    def tidy_shares(self, world: World, gone: Container[str], out: Outcome) -> None:
+        """Reservation pods whose GPU has no share left go; shares whose reservation pod went are
+        evicted (`gone`: pods already evicted, not shown so by the watch yet)."""
+        shares = self.shares
+        if shares is None:
+            return
+        shares.refresh(world.reservations)
+        for slot in world.idle_reservations:
+            if not shares.recent(slot, ttl=5.0):
+                shares.delete(slot, world.reservations.get(slot))
+        for task, (node, index) in sorted(world.orphan_shares.items()):
+            if task not in gone and shares.gone((node, index)):
+                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
+                log.warning("evicting share %s: %s", task, why)
+                self.evict(task, why, out)
+
     # ------------------------------------------------------------------ binds
-    def apply(
-        self, result: CycleResult, uids: dict[str, str], pods: dict[str, dict[str, Any]] | None = None
-    ) -> Outcome:
+    def apply(self, result: CycleResult, scene: Scene) -> Outcome:
+        """The cycle's evictions, then its gangs' binds (those onto a node an eviction frees wait)."""
         out = Outcome()
         parts = list(self.pool.map(self._evict_one, [(ev.task, ev.reason) for ev in result.evictions]))
         for p in parts:
@@ -150,7 +201,7 @@ class Executor:
                 out.deferred += [b.task for b in binds]
             else:
                 todo.append((workload, binds))
-        self._bind_all(todo, uids, pods or {}, True, out)
+        self._bind_all(todo, scene, True, out)
         return out
 
     def _evict_one(self, item: tuple[str, str]) -> Outcome:
@@ -158,37 +209,22 @@ class Executor:
         self.evict(item[0], item[1], o)
         return o
 
-    def finish(
-        self,
-        binds: list[Bind],
-        uids: dict[str, str],
-        out: Outcome,
-        pods: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
+    def finish(self, binds: list[Bind], scene: Scene, out: Outcome) -> None:
         """Binds chosen by an earlier run (its plan is on the pods already)."""
         gangs: dict[str, list[Bind]] = {}
         for b in binds:
             gangs.setdefault(b.workload, []).append(b)
-        self._bind_all(list(gangs.items()), uids, pods or {}, False, out)
+        self._bind_all(list(gangs.items()), scene, False, out)
 
-    def _bind_all(
-        self,
-        gangs: list[tuple[str, list[Bind]]],
-        uids: dict[str, str],
-        pods: dict[str, dict[str, Any]],
-        plan: bool,
-        out: Outcome,
-    ) -> None:
-        fn = partial(self._gang, uids=uids, pods=pods, plan=plan)
+    def _bind_all(self, gangs: list[tuple[str, list[Bind]]], scene: Scene, plan: bool, out: Outcome) -> None:
+        fn = partial(self._gang, scene=scene, plan=plan)
         for part in self.pool.map(fn, gangs):
             out.merge(part)
 
-    def _gang(
-        self, item: tuple[str, list[Bind]], uids: dict[str, str], pods: dict[str, dict[str, Any]], plan: bool
-    ) -> Outcome:
+    def _gang(self, item: tuple[str, list[Bind]], scene: Scene, plan: bool) -> Outcome:
         out = Outcome()
         try:
-            self.bind_gang(item[0], item[1], uids, out, write_intent=plan, pods=pods)
+            self.bind_gang(item[0], item[1], scene, out, write_intent=plan)
         except Exception as e:  # never lose the other gangs' outcomes to one surprise
             log.exception("binding gang %s failed", item[0])
             out.broken[item[0]] = f"unexpected error: {type(e).__name__}: {e}"
@@ -203,15 +239,9 @@ class Executor:
             log.info("could not clear the chosen node of %s: %s", task, e)
 
     def bind_gang(
-        self,
-        workload: str,
-        binds: list[Bind],
-        uids: dict[str, str],
-        out: Outcome,
-        write_intent: bool,
-        pods: dict[str, dict[str, Any]] | None = None,
+        self, workload: str, binds: list[Bind], scene: Scene, out: Outcome, write_intent: bool
     ) -> None:
-        pods = pods or {}
+        uids = scene.uids
         shared = self.shares is not None and any(is_share(b) for b in binds)
         planned = len(binds) > 1 or shared  # a share may wait cycles for its GPU: keep the decision
         if write_intent and planned:
@@ -225,14 +255,14 @@ class Executor:
             failpoint.hit("plan-written")
         claimed = [b for b in binds if b.claims]
         if claimed:
-            why = self._write_claims(claimed, uids)
+            why = self._write_claims(claimed, scene)
             if why:
                 out.broken[workload] = why
                 if write_intent and planned:
                     self.clear_intent(binds[0].task)
                 return
         if shared and self.shares is not None:
-            why = self.shares.prepare(binds, pods, uids)
+            why = self.shares.prepare(binds, scene.pods, uids)
             if why == "later":  # a reservation pod waits for its GPU; the plan keeps the decision
                 out.deferred += [b.task for b in binds]
                 return
@@ -243,7 +273,7 @@ class Executor:
                 return
         done: list[Bind] = []
         for b in binds:
-            state = self._bind_one(b, uids.get(b.task, ""), pods.get(b.task))
+            state = self._bind_one(b, uids.get(b.task, ""), scene.pods.get(b.task))
             if state == "bound":
                 done.append(b)
                 out.bound.append(b.task)
@@ -255,7 +285,7 @@ class Executor:
                 return
 
     # ------------------------------------------------------------------ DRA claims
-    def _write_claims(self, binds: list[Bind], uids: dict[str, str]) -> str:
+    def _write_claims(self, binds: list[Bind], scene: Scene) -> str:
         """Allocate the gang's claims (status.allocation, reservedFor) before any of its pods is bound.
 
         Each write carries the claim's resourceVersion: a claim someone else allocated meanwhile
@@ -263,38 +293,38 @@ class Executor:
         """
         written: list[tuple[str, bool, str]] = []  # (claim, fresh, pod uid)
         for b in binds:
-            uid = uids.get(b.task, "")
+            uid = scene.uids.get(b.task, "")
             for ca in b.claims:
-                holder = self.group_claims.get(ca.claim)  # a native PodGroup's claim: reserved for it
+                holder = scene.group_claims.get(ca.claim)  # a native PodGroup's claim: reserved for it
                 try:
-                    fresh = self._claim_one(ca, b, uid)
+                    fresh = self._claim_one(ca, b, uid, scene)
                 except (ApiError, Retry, ValueError) as e:
                     self._unclaim(written)
                     return f"could not allocate ResourceClaim {ca.claim}: {e}"
                 written.append((ca.claim, fresh, holder["uid"] if holder else uid))
         return ""
 
-    def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str) -> bool:
+    def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> bool:
         """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
         ns, name = split(ca.claim)
         _, pod = split(b.task)
         for attempt in range(2):
-            with self.claims_lock:
-                obj = self.claims.get(ca.claim)
+            with scene.claims_lock:
+                obj = scene.claims.get(ca.claim)
             if obj is None or attempt:
                 obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))
                 if obj is None:
                     raise ValueError("it is gone")
             status = obj.get("status") or {}
             reserved = list(status.get("reservedFor") or [])
-            me = self.group_claims.get(ca.claim) or {"resource": "pods", "name": pod, "uid": uid}
+            me = scene.group_claims.get(ca.claim) or {"resource": "pods", "name": pod, "uid": uid}
             if any(r.get("uid") == me["uid"] for r in reserved):
                 return False
             body: dict[str, Any] = {"reservedFor": [*reserved, me]}
             current = allocation_of(obj)
             fresh = current is None
             if current is None:
-                body["allocation"] = status_of(ca, self.dra_devices, b.node, obj, self.device_classes)
+                body["allocation"] = status_of(ca, scene.dra_devices, b.node, obj, scene.device_classes)
             elif {r.id for r in current.results} != {r.id for r in ca.results}:
                 raise ValueError("it was allocated other devices meanwhile")
             rv = (obj.get("metadata") or {}).get("resourceVersion")
@@ -310,8 +340,8 @@ class Executor:
                 new = self._retry(write)
             except Conflict:
                 continue  # changed under us: read it again and decide again
-            with self.claims_lock:
-                self.claims[ca.claim] = new
+            with scene.claims_lock:
+                scene.claims[ca.claim] = new
             return fresh
         raise ValueError("it kept changing under us")
 

@@ -26,9 +26,9 @@ from phalanx.core.decisions import DISRUPTION_BUDGET, NOT_PREEMPTIBLE, CycleResu
 from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
 from phalanx.core.queues import CPU, GPU, MEM, fair_shares
 from phalanx.k8s import keys
-from phalanx.k8s.act.insight import wall
 from phalanx.k8s.act.native_status import NativeStatus
 from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.decide.insight import wall
 from phalanx.k8s.read.lifecycle import gang_status
 from phalanx.k8s.read.world import World
 

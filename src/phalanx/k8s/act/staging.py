@@ -1,6 +1,6 @@
 """Staging ahead: ask the node caches for a waiting gang's dataset on the nodes it is about to get.
 
-After each cycle the start forecast (`phalanx.k8s.act.insight`) says where each waiting workload
+After each cycle the start forecast (`phalanx.k8s.decide.insight`) says where each waiting workload
 would start and when. For a workload that names a dataset and should start within the horizon,
 the scheduler writes a request on each of those nodes, `phalanx.io/stage-datasets`
 (`{"ns/name": "<workload>"}`), which the node's cache agent (`phalanx cache`) stages before the
@@ -17,9 +17,9 @@ from typing import Any
 
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s import keys
-from phalanx.k8s.act.insight import Insight
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.client.kinds import NODES
+from phalanx.k8s.decide.insight import Insight
 
 log = logging.getLogger("phalanx.staging")
 

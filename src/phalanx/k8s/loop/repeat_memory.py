@@ -113,3 +113,34 @@ def forget_old(memory: Memory, now: float) -> None:
             del shapes[key]
         if not shapes:
             del memory[w]
+
+
+class RepeatMemory:
+    """The repeat guard's memory as the loop keeps it across cycles: who was evicted for which
+    preemptor shape, and when (`evicted_for`, lent to each cycle's snapshot), and the digests an
+    earlier leader saved that no shape in the snapshot has claimed yet (`unclaimed`)."""
+
+    def __init__(self) -> None:
+        self.evicted_for: Memory = {}
+        self.unclaimed: Saved = {}
+        self.restore_due = False  # the saved memory was just read back
+        self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
+
+    def read_back(self, saved: Saved) -> None:
+        """What an earlier leader saved: claimed by the shapes of the next snapshots."""
+        self.restore_due = True
+        self.unclaimed = {w: dict(shapes) for w, shapes in saved.items()}
+
+    def claim(self, snap: Snapshot) -> None:
+        """Saved digests back into demand keys, when the memory was just read back or the snapshot's
+        workloads changed (its `types_version` moves whenever a workload comes or goes)."""
+        shapes = snap.types_version
+        if self.unclaimed and (self.restore_due or shapes != self.restore_seen):
+            self.restore_due, self.restore_seen = False, shapes
+            restore(self.evicted_for, self.unclaimed, snap)
+
+    def forget_old(self, now: float) -> None:
+        forget_old(self.evicted_for, now)
+
+    def to_saved(self, now: float) -> Saved:
+        return to_saved(self.evicted_for, self.unclaimed, now)

@@ -1,39 +1,41 @@
-"""`phalanx scheduler`: informers -> snapshot -> `run_cycle` (unchanged) -> API calls.
+"""`phalanx scheduler`: informers -> world -> `decide` (the core's `run_cycle`) -> API calls.
 
-One cycle (`step`): read the store, build the world, finish binds an earlier run planned but
-did not make, run the core's cycle, carry out its decisions, explain, update metrics.
-Cycles run every `cycle_seconds` and early when the store changes; only the leader runs them
-(or every replica, with leader election off). Explanations are written in the background:
-they never hold up a bind.
+One cycle (`step`): read the store into the world (`_read`), decide (`phalanx.k8s.decide`), act
+on the cycle's Scene (`_act`: binds an earlier run planned but did not make, then the decisions),
+then forecast, explain and report (`_tell`), and update metrics. Cycles run every `cycle_seconds`
+and early when the store changes; only the leader runs them (or every replica, with leader
+election off). Explanations are written in the background: they never hold up a bind. Every
+"now", and every interval (quiet recheck, audit), is read from the one injected clock.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from phalanx.core.cycle import run_cycle
-from phalanx.core.decisions import CycleResult
+from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.profile import Profile
+from phalanx.core.snapshot import Snapshot
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
-from phalanx.k8s.act.executor import Executor, Outcome
+from phalanx.k8s.act.executor import Executor, Outcome, Scene
 from phalanx.k8s.act.explain import Explainer
-from phalanx.k8s.act.insight import Insight, RunTimes, insights
-from phalanx.k8s.act.shares import Shares
 from phalanx.k8s.act.staging import StageRequests
 from phalanx.k8s.client.api import Api
-from phalanx.k8s.client.cache import Informers, Store, object_key
+from phalanx.k8s.client.cache import Informers, Store
 from phalanx.k8s.client.kinds import JOBS, POD_GROUPS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.cycle import Decision, Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.leader import LeaderElector
-from phalanx.k8s.loop.repeat_memory import forget_old, restore, to_saved
+from phalanx.k8s.loop.repeat_memory import Memory, RepeatMemory
 from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
 from phalanx.k8s.loop.service import AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
@@ -57,6 +59,16 @@ class StepReport:
     outcome: Outcome
 
 
+@dataclass
+class Read:
+    """What a cycle read: the pods (with the binds and evictions it assumes), every kind gathered,
+    and the world built from them."""
+
+    pods: list[dict[str, Any]]
+    gathered: Gathered
+    world: World
+
+
 class Scheduler:
     def __init__(
         self,
@@ -71,21 +83,19 @@ class Scheduler:
         self.api = api
         self.cfg = cfg
         self.profile = profile
-        self.clock = clock
+        self.clock = clock  # the one clock: the cycle's "now" and every interval below
         self.service = AttainedService(cfg.history_half_life_s)
         self.service_store = ServiceStore(api, cfg.lease_namespace)
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
-        self.restore_due = False  # the repeat guard's saved memory was just read back
-        self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
-        self.unclaimed: dict[
-            str, dict[str, float]
-        ] = {}  # saved evictions no shape in the snapshot claimed yet
+        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
+        # saved with the attained service (phalanx.k8s.loop.repeat_memory)
+        self.repeats = RepeatMemory()
         self.store = Store()
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
         if cfg.gpu_shares == "reservation":
-            self.executor.shares = Shares(api, cfg, self.executor._retry, clock)
+            self.executor.share_gpus(cfg, clock)
         self.explainer = Explainer(api)
         self.elector = LeaderElector(
             api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
@@ -95,21 +105,24 @@ class Scheduler:
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
         self.translations = Translations()
         self.carry = Carry()  # the snapshot kept from one cycle to the next
-        self.audited = time.monotonic()
-        # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
-        # saved with the attained service (phalanx.k8s.loop.repeat_memory)
-        self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
+        self.audited = clock()
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume")
         self.assume = Assumptions(ttl=60.0)
         self.kueue_unhonoured: list[str] = []
-        self.runtimes = RunTimes()
-        self.board = Board(pool_label=cfg.pool_label)
+        # start forecasts: run times learnt from finished pods add up across cycles
+        self.forecasting = Forecasting(cfg.forecast_budget_s, default_queue=cfg.default_queue, courtesy=True)
+        self.board = Board(pool_label=cfg.pool_label, clock=clock)
         self.last_insight: dict[str, str] = {}
         self.staging = StageRequests(api, cfg.stage_ahead_s)
         # the store's generation when a cycle left nothing to do (None: the next cycle must run)
         self.quiet_at: int | None = None
-        self.last_cycle = 0.0  # monotonic time of the last cycle run
+        self.last_cycle = -math.inf  # when the last cycle ran (the clock's time)
+
+    @property
+    def evicted_for(self) -> Memory:
+        """The repeat guard's memory of evictions (kept by `repeats`)."""
+        return self.repeats.evicted_for
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -172,74 +185,109 @@ class Scheduler:
         return (
             self.quiet_at is not None
             and self.quiet_at == self.store.generation
-            and time.monotonic() - self.last_cycle < self.cfg.quiet_recheck_s
+            and 0 <= self.clock() - self.last_cycle < self.cfg.quiet_recheck_s
             and not save_due  # the attained-service record is kept fresh even on a quiet cluster
         )
 
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepReport:
+        """One cycle: read, keep the attained service, decide, act, then explain and report."""
         t0 = time.perf_counter()
-        self.last_cycle = time.monotonic()
-        generation = self.store.generation  # before the reads: a change during the cycle counts
         now = self.clock()
-        pods = self.assume.apply(self.store.items("pods"), now)
-        read = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
-        self._kueue_unhonoured(read.kueue)
-        queues, dra = read.queues, read.dra
-        rebuilt = self.carry.rebuilt
-        if self.board.building.is_set():  # the dashboard still reads the last snapshot: leave it that one
-            self.carry.drop()
-        stamp = (generation, self.assume.stamp())
-        world = read.world(self.cfg, now, self.translations, self.carry, stamp)
-        if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
-            self.metrics.rebuilds.inc()
-        else:
-            self.metrics.recorded.observe(self.carry.recorded)
-            world = self._audit(world, read, now)
-        self._load_service(now)
-        self.service.apply(world.snapshot, now)
-        self._save_service(now)
+        self.last_cycle = now
+        generation = self.store.generation  # before the reads: a change during the cycle counts
+        read = self._read(now, generation)
+        world = read.world
+        self._keep_service(world.snapshot, now)
         self.cycles += 1
         if self.cycles % 100 == 0:
             self._forget_translations()
-            forget_old(self.evicted_for, now)  # by age: a gang evicted may be absent while it is remade
-        shapes = world.snapshot.types_version  # moves whenever a workload comes or goes
-        if self.unclaimed and (self.restore_due or shapes != self.restore_seen):
-            self.restore_due, self.restore_seen = False, shapes
-            restore(self.evicted_for, self.unclaimed, world.snapshot)  # as an earlier leader saved it
-        world.snapshot.evicted_for = self.evicted_for
-        pod_objects = {
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pods
-        }
-        uids = {k: str((o.get("metadata") or {}).get("uid", "")) for k, o in pod_objects.items()}
+            self.repeats.forget_old(now)  # by age: a gang evicted may be absent while it is remade
+        self.repeats.claim(world.snapshot)  # as an earlier leader saved it
         out = Outcome()
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        # applied: queue status and metrics show the cycle's outcome
-        result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        decision = decide(world, self.profile, now, self.rng, evicted_for=self.repeats.evicted_for)
+        result = decision.result
         if result.binds or result.evictions:
             self.carry.applied = True  # the snapshot moved on: the next cycle reads again
         t_decide = time.perf_counter()
-        self._reservations(world, out)
+        scene = Scene.of(world, read.pods, read.gathered.dra)
+        binds = self._act(world, scene, result, out, now)
+        t_act = time.perf_counter()
+        self._tell(read, scene, decision, out, binds, now)
+        t_end = time.perf_counter()
+        phases = {"read": t_read - t0, "decide": t_decide - t_read, "act": t_act - t_decide}
+        phases["report"] = t_end - t_act
+        for name, took in phases.items():
+            self.metrics.phase.labels(name).observe(took)
+        cycle_metrics(self.metrics, world, result, out, t_end - t0, self.cfg.pool_label)
+        self.quiet_at = None if self._busy(world, result, out) else generation
+        if out.bound or out.evicted or out.broken:
+            log.info(
+                "cycle %d: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",
+                self.cycles,
+                len(out.bound),
+                len(out.evicted),
+                len(out.broken),
+                len(result.pending) + len(world.blocked),
+                t_end - t0,
+                ", ".join(f"{k} {v:.3f}" for k, v in phases.items()),
+            )
+        return StepReport(world, result, out)
+
+    def _read(self, now: float, generation: int) -> Read:
+        """The store -> the cycle's world: kept from the last cycle where nothing changed, checked
+        now and then against one built from scratch."""
+        pods = self.assume.apply(self.store.items("pods"), now)
+        gathered = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
+        self._kueue_unhonoured(gathered.kueue)
+        rebuilt = self.carry.rebuilt
+        if self.board.reading():  # the dashboard still reads the last snapshot: leave it that one
+            self.carry.drop()
+        stamp = (generation, self.assume.stamp())
+        world = gathered.world(self.cfg, now, self.translations, self.carry, stamp)
+        if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
+            self.metrics.rebuilds.inc()
+        else:
+            self.metrics.recorded.observe(self.carry.recorded)
+            world = self._audit(world, gathered, now)
+        return Read(pods, gathered, world)
+
+    def _keep_service(self, snap: Snapshot, now: float) -> None:
+        """Attained service: read back once per leadership, added to the snapshot, saved now and then."""
+        self._load_service(now)
+        self.service.apply(snap, now)
+        self._save_service(now)
+
+    def _act(
+        self, world: World, scene: Scene, result: CycleResult, out: Outcome, now: float
+    ) -> dict[str, Bind]:
+        """Decisions -> API calls: GPU-share reservations tidied, binds an earlier run planned finished,
+        then this cycle's evictions and binds; what was done is assumed until the watch shows it.
+        Returns every bind tried, by task."""
+        self.executor.tidy_shares(world, self.assume.gone, out)
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
-        self.executor.claims = {object_key(c): c for c in dra.claims}
-        self.executor.dra_devices = world.snapshot.dra_devices
-        self.executor.group_claims = world.group_claims
-        self.executor.device_classes = {str((c.get("metadata") or {}).get("name")): c for c in dra.classes}
         try:
             if world.unfinished:
-                self.executor.finish(world.unfinished, uids, out, pod_objects)
-            out.merge(self.executor.apply(result, uids, pod_objects))
+                self.executor.finish(world.unfinished, scene, out)
+            out.merge(self.executor.apply(result, scene))
         finally:
             self.explainer.writer.resume()
-        t_act = time.perf_counter()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         for task in out.bound:
             self.assume.bound(task, binds[task], now)
         for task in out.evicted:
             self.assume.evicted(task, now)
+        return binds
+
+    def _tell(
+        self, read: Read, scene: Scene, decision: Decision, out: Outcome, binds: dict[str, Bind], now: float
+    ) -> None:
+        """After the binds: the start forecasts, staging ahead of them, Events and status (written in
+        the background), and the dashboard's record."""
+        world, result, queues = read.world, decision.result, read.gathered.queues
         ours = {
             str((q.get("metadata") or {}).get("name"))
             for q in queues
@@ -251,31 +299,18 @@ class Scheduler:
             for o in objs
             if label(kind, o) in world.problems
         }
-        ahead = Insight()
-        if self.cfg.forecast_budget_s > 0 and result.pending:
-            self.runtimes.observe(pods, self.cfg.default_queue)
-            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
-            try:
-                ahead = insights(
-                    world.snapshot, self.profile, now, waiting, self.runtimes, self.cfg.forecast_budget_s
-                )
-            except Exception:  # a forecast is a courtesy: it never stops a cycle
-                log.exception("start forecast failed")
+        ahead = decision.foresee(self.forecasting, finished=read.pods)
         insight = ahead.texts
         self.last_insight = insight
         if self.cfg.stage_ahead_s > 0:
             self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
         held = held_preemptors(result, out, binds)
-        self.explainer.write(world, result, pod_objects, ours, left_out, insight, held, out.bound, out.broken)
+        self.explainer.write(world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken)
         board_cycle(self.board, world, result, out, binds, insight, now)
-        t_end = time.perf_counter()
-        seconds = t_end - t0
-        phases = {"read": t_read - t0, "decide": t_decide - t_read, "act": t_act - t_decide}
-        phases["report"] = t_end - t_act
-        for name, took in phases.items():
-            self.metrics.phase.labels(name).observe(took)
-        cycle_metrics(self.metrics, world, result, out, seconds, self.cfg.pool_label)
-        busy = (
+
+    def _busy(self, world: World, result: CycleResult, out: Outcome) -> bool:
+        """Whether the next cycle must run even if nothing in the store changes."""
+        return bool(
             result.pending
             or result.binds
             or result.evictions
@@ -289,18 +324,6 @@ class Scheduler:
             or out.not_evicted
             or self.assume
         )
-        self.quiet_at = None if busy else generation
-        if out.bound or out.evicted or out.broken:
-            log.info(
-                "cycle: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",
-                len(out.bound),
-                len(out.evicted),
-                len(out.broken),
-                len(result.pending) + len(world.blocked),
-                seconds,
-                ", ".join(f"{k} {v:.3f}" for k, v in phases.items()),
-            )
-        return StepReport(world, result, out)
 
     def _load_service(self, now: float) -> None:
         """Attained service and fair-share history as the last leader left them (once per leadership)."""
@@ -318,18 +341,17 @@ class Scheduler:
             log.info(
                 "attained service of %d workload(s), usage history of %d queue(s) and %d workload(s)'"
                 " evictions read back",
-                len(self.service.served) + len(self.service._running),
+                self.service.tracked(),
                 len(self.service.history),
                 len(self.service.evictions),
             )
-        self.restore_due = True
-        self.unclaimed = {w: dict(shapes) for w, shapes in self.service.evictions.items()}
+        self.repeats.read_back(self.service.evictions)
 
     def _save_service(self, now: float) -> None:
         if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
             return
         self.service_saved = now
-        self.service.evictions = to_saved(self.evicted_for, self.unclaimed, now)
+        self.service.evictions = self.repeats.to_saved(now)
         try:
             self.service_store.write(self.service.to_dict())
         except Exception as e:  # not fatal: the next interval tries again
@@ -342,28 +364,13 @@ class Scheduler:
                 log.warning("Kueue migration: %s", line)
             self.kueue_unhonoured = k.unhonoured
 
-    def _reservations(self, world: World, out: Outcome) -> None:
-        """Reservation pods whose GPU has no share left go; shares whose reservation pod went are evicted."""
-        shares = self.executor.shares
-        if shares is None:
-            return
-        shares.refresh(world.reservations)
-        for slot in world.idle_reservations:
-            if not shares.recent(slot, ttl=5.0):
-                shares.delete(slot, world.reservations.get(slot))
-        for task, (node, index) in sorted(world.orphan_shares.items()):
-            if task not in self.assume.gone and shares.gone((node, index)):
-                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
-                log.warning("evicting share %s: %s", task, why)
-                self.executor.evict(task, why, out)
-
     def _audit(self, world: World, read: Gathered, now: float) -> World:
         """Now and then, the kept snapshot against one built from scratch: on a difference (a bug of
         ours), say what differs and go on with the one from scratch."""
         every = self.cfg.world_audit_s
-        if every <= 0 or time.monotonic() - self.audited < every:
+        if every <= 0 or 0 <= now - self.audited < every:
             return world
-        self.audited = time.monotonic()
+        self.audited = now
         scratch = read.world(self.cfg, now, self.translations)
         diff = differences(scratch.snapshot, world.snapshot)
         if not diff:

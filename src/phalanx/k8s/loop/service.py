@@ -61,6 +61,10 @@ class AttainedService:
             snap.queue_history = {q: v.copy() for q, v in self.history.items()}
             snap.history_time = now
 
+    def tracked(self) -> int:
+        """Workloads whose service is kept: runs that ended, and runs going on at the last cycle."""
+        return len(self.served) + len(self._running)
+
     # ------------------------------------------------------------------ kept on the API
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter, Gauge
 
-from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.k8s.act.explain import describe
@@ -35,6 +34,7 @@ from phalanx.k8s.client.api import Api
 from phalanx.k8s.client.cache import Informers, Store, object_key
 from phalanx.k8s.client.kinds import JOBS, WATCHED
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World
@@ -182,7 +182,7 @@ class Shadow:
         world = read.world(self.cfg, now, self.translations)
         free = world.snapshot.cluster.gpu_free_total.copy()
         names = [n.name for n in world.snapshot.nodes]
-        result = run_cycle(world.snapshot, self.profile, now, self.rng, apply=True)
+        result = decide(world, self.profile, now, self.rng).result  # placements compared, no forecast
         self.cycles += 1
         if self.cycles % 100 == 0:  # pods gone: forget them (a shadow runs for weeks)
             alive = {str((p.get("metadata") or {}).get("uid") or object_key(p)) for p in pods}

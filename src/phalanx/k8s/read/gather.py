@@ -57,11 +57,11 @@ class Gathered:
             cfg,
             now,
             memo,
-            self.dra,
-            self.kueue,
-            self.jobs,
-            carry,
-            stamp,
+            dra=self.dra,
+            kueue=self.kueue,
+            jobs=self.jobs,
+            carry=carry,
+            stamp=stamp,
         )
 
 

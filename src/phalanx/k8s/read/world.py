@@ -72,6 +72,45 @@ def _ready(obj: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass
+class Build:
+    """What every phase of one world's build shares: the flags, the cycle's time, the translations,
+    the containment of bad objects, the kept snapshot (if any), and whether the clock was read."""
+
+    cfg: AdapterConfig
+    now: float
+    memo: Translations
+    contain: Contain = field(default_factory=Contain)
+    carry: Carry | None = None
+    time_bound: bool = False  # the world read the clock: not reused as it is (`World.time_bound`)
+
+    def reads_clock(self) -> None:
+        """A part of the world depends on `now` (a grace, a deletion with no end, a start not known)."""
+        self.time_bound = True
+
+
+@dataclass
+class _Nodes:
+    parsed: list[Node]  # by name
+    ready: dict[str, bool]
+    problems: dict[str, str]  # by node name
+    devices: Devices  # what DRA drivers publish
+
+    @property
+    def known(self) -> set[str]:
+        return {n.name for n in self.parsed}
+
+
+@dataclass
+class _Pods:
+    ours: list[PodInfo] = field(default_factory=list)  # ours to schedule (not being deleted)
+    foreign: list[PodInfo] = field(default_factory=list)  # on nodes: other schedulers', ours deleting
+    reservations: dict[Slot, dict[str, Any]] = field(default_factory=dict)  # GPU reservation pods
+
+
+Staged = list[tuple[Group, Workload | None]]  # each group, and its Workload if it may be scheduled
+
+
 def build_world(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -80,6 +119,7 @@ def build_world(
     cfg: AdapterConfig,
     now: float,
     memo: Translations | None = None,
+    *,
     dra: DraObjects | None = None,
     kueue: Kueue | None = None,
     jobs: dict[str, dict[str, Any]] | None = None,
@@ -91,99 +131,146 @@ def build_world(
     are recorded anew (`phalanx.k8s.read.carry`). `stamp`: what the inputs are a version of (the watch
     cache's generation and the scheduler's assumptions); the same stamp as last cycle, after a cycle
     that changed nothing and read no clock, gives last cycle's world again, its clock-bound parts
-    brought up to `now`."""
+    brought up to `now`.
+
+    In phases: nodes, queues, the snapshot (kept or fresh), pods, claims, groups -> workloads,
+    then each node's pods recorded, and what is left to clean up."""
     if carry is not None and stamp is not None and carry.unchanged(stamp):
         assert carry.world is not None and carry.snap is not None
         reset_cycle_state(carry.snap)
         _served(carry.snap, now)
         return carry.world
-    memo = memo or Translations()
-    contain = Contain()
-    nodes, pods = outlined("Node", nodes, contain), outlined("Pod", pods, contain)
-    pod_groups = outlined("PodGroup", pod_groups, contain)
     dra = dra or DraObjects()
+    if carry is not None and (dra.slices or dra.claims or dra.classes):
+        carry.drop()  # claims hold devices across nodes: DRA clusters build their snapshot each cycle
+        carry = None
+    b = Build(cfg, now, memo or Translations(), carry=carry)
+    nodes, pods = outlined("Node", nodes, b.contain), outlined("Pod", pods, b.contain)
+    pod_groups = outlined("PodGroup", pod_groups, b.contain)
     if kueue is not None:
-        contain.problems.update(kueue.problems)
-    devices = parse_slices(dra.slices, cfg.dra_nic_drivers) if dra.slices else Devices()
-    contain.problems.update(devices.problems)
-    parsed: list[Node] = []
-    ready: dict[str, bool] = {}
-    node_problems: dict[str, str] = {}
+        b.contain.problems.update(kueue.problems)
+    ns = _read_nodes(b, nodes, dra)
+    migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
+    tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
+    snap, kept = _start_snapshot(b, ns, tree, dataset_sizes(nodes))
+    w = World(snap, tree, node_problems=ns.problems, queue_problems=queue_problems)
+    ps = _read_pods(b, w, pods)
+    w.ended = ended_members(pods, cfg.scheduler_name)
+    _pod_group_objects(w, pod_groups)
+    claims = Claims(dra, snap, b.contain)
+    ps.ours = _claim(ps.ours, claims, dra, pods, pod_groups)
+    w.group_claims = claims.group_reserved
+    staged = _stage(b, w, ps.ours, pod_groups, claims, kueue, jobs)
+    _add_workloads(b, w, staged, kept, ns.known, ps.foreign)
+    outcomes = _record(b, w, ps, ns.known)
+    _leftovers(w, outcomes)
+    if kept:
+        reset_cycle_state(snap)
+    _served(snap, now)
+    w.time_bound = b.time_bound
+    w.problems = b.contain.problems | {f"Queue {q}": msg for q, msg in queue_problems.items()}
+    if b.carry is not None:
+        b.carry.keep(w, stamp)
+    return w
+
+
+def _read_nodes(b: Build, nodes: list[dict[str, Any]], dra: DraObjects) -> _Nodes:
+    """Nodes by name, with the devices their DRA drivers publish; those that cannot be read left out."""
+    devices = parse_slices(dra.slices, b.cfg.dra_nic_drivers) if dra.slices else Devices()
+    b.contain.problems.update(devices.problems)
+    out = _Nodes([], {}, {}, devices)
     for obj in sorted(nodes, key=lambda o: str((o.get("metadata") or {}).get("name", ""))):
-        n = contain("Node", obj, partial(memo.node, obj, cfg))
+        n = b.contain("Node", obj, partial(b.memo.node, obj, b.cfg))
         if n is None:
-            node_problems[str((obj.get("metadata") or {}).get("name", ""))] = contain.problems[
+            out.problems[str((obj.get("metadata") or {}).get("name", ""))] = b.contain.problems[
                 label("Node", obj)
             ]
             continue
         if n.name in devices.by_node:
-            published = contain("Node", obj, partial(with_dra, n, devices))
+            published = b.contain("Node", obj, partial(with_dra, n, devices))
             if published is None:  # its published devices do not make a node: left out, named
-                node_problems[n.name] = contain.problems[label("Node", obj)]
+                out.problems[n.name] = b.contain.problems[label("Node", obj)]
                 continue
             n = published
-        parsed.append(n)
-        ready[n.name] = _ready(obj)
-    migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
-    tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
+        out.parsed.append(n)
+        out.ready[n.name] = _ready(obj)
+    return out
+
+
+def _start_snapshot(
+    b: Build, ns: _Nodes, tree: QueueTree | None, datasets: dict[str, int]
+) -> tuple[Snapshot, bool]:
+    """Last cycle's snapshot where what it was built from is unchanged (True), else a fresh one;
+    each node's readiness as the API says now."""
+    devices = ns.devices
     local_pools = {(d.driver, d.pool) for devs in devices.by_node.values() for d in devs}
-    datasets = dataset_sizes(nodes)
 
     def fresh() -> Snapshot:
         return Snapshot(
-            parsed,
-            topology_levels=[lv for lv, _ in cfg.levels],
+            ns.parsed,
+            topology_levels=[lv for lv, _ in b.cfg.levels],
             datasets=datasets,
             queues=tree,
             dra_shared=devices.shared,
             dra_counter_sets=[cs for cs in devices.counter_sets if (cs.driver, cs.pool) not in local_pools],
         )
 
-    if carry is not None and (dra.slices or dra.claims or dra.classes):
-        carry.drop()  # claims hold devices across nodes: DRA clusters build their snapshot each cycle
-        carry = None
     kept = False
-    if carry is not None:
-        base = (parsed, datasets, _tree_key(tree), tuple(cfg.levels))
-        snap, kept = carry.start(base, fresh)
+    if b.carry is not None:
+        base = (ns.parsed, datasets, _tree_key(tree), tuple(b.cfg.levels))
+        snap, kept = b.carry.start(base, fresh)
     else:
         snap = fresh()
-    w = World(snap, tree, node_problems=node_problems, queue_problems=queue_problems)
     for i, n in enumerate(snap.nodes):
-        if bool(snap.cluster.node_ready[i]) != ready[n.name]:
-            snap.set_node_ready(n.name, ready[n.name])
-    ours: list[PodInfo] = []
-    foreign: list[PodInfo] = []
-    pods_by_key = {object_key(o): o for o in pods} if dra.claims or dra.classes else {}
-    reservations: dict[Slot, dict[str, Any]] = {}
+        if bool(snap.cluster.node_ready[i]) != ns.ready[n.name]:
+            snap.set_node_ready(n.name, ns.ready[n.name])
+    return snap, kept
+
+
+def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
+    """Active pods: GPU reservation pods, ours to schedule, and those that hold capacity on a node
+    (other schedulers', ours being deleted); ours that cannot be read are named."""
+    out = _Pods()
     for obj in pods:
         if not is_active(obj):
             continue
-        slot = slot_of(obj, cfg)
+        slot = slot_of(obj, b.cfg)
         if slot is not None:
-            reservations[slot] = obj
+            out.reservations[slot] = obj
             continue
-        p = contain("Pod", obj, partial(memo.pod, obj, cfg))
+        p = b.contain("Pod", obj, partial(b.memo.pod, obj, b.cfg))
         if p is None:
-            if mapping(obj.get("spec")).get("schedulerName") == cfg.scheduler_name:
+            if mapping(obj.get("spec")).get("schedulerName") == b.cfg.scheduler_name:
                 meta = obj.get("metadata") or {}
                 w.pod_problems[f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"] = (
-                    contain.problems[label("Pod", obj)]
+                    b.contain.problems[label("Pod", obj)]
                 )
             else:  # not ours: nobody to tell, and it still runs where it runs
-                contain.problems.pop(label("Pod", obj), None)
+                b.contain.problems.pop(label("Pod", obj), None)
             continue
         if p.ours and not p.deleting:
-            ours.append(p)
+            out.ours.append(p)
         elif p.node:
-            foreign.append(p)
-    w.ended = ended_members(pods, cfg.scheduler_name)
+            out.foreign.append(p)
+    return out
+
+
+def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
     for pg in pod_groups:
         meta = pg.get("metadata") or {}
         gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
         if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
-    claims = Claims(dra, snap, contain)
+
+
+def _claim(
+    ours: list[PodInfo],
+    claims: Claims,
+    dra: DraObjects,
+    pods: list[dict[str, Any]],
+    pod_groups: list[dict[str, Any]],
+) -> list[PodInfo]:
+    """Allocated claims hold their devices; our pods get what their claims ask for."""
     natives = {object_key(pg): pg for pg in pod_groups if native.is_native(pg)}
     holders = {p.uid for p in ours if p.node}  # and the native PodGroups of our bound pods (their claims)
     holders |= {
@@ -192,26 +279,39 @@ def build_world(
         if p.node and (gk := f"{p.namespace}/{p.scheduling_group}") in natives
     }
     claims.reserve(holders)
-    if dra.claims or dra.classes:
-        ours = [
-            claims.attach(p, pods_by_key.get(p.key, {}), natives.get(f"{p.namespace}/{p.scheduling_group}"))
-            for p in ours
-        ]
-    w.group_claims = claims.group_reserved
-    known = {n.name for n in parsed}
-    staged: list[tuple[Group, Workload | None]] = []
+    if not (dra.claims or dra.classes):
+        return ours
+    pods_by_key = {object_key(o): o for o in pods}
+    return [
+        claims.attach(p, pods_by_key.get(p.key, {}), natives.get(f"{p.namespace}/{p.scheduling_group}"))
+        for p in ours
+    ]
+
+
+def _stage(
+    b: Build,
+    w: World,
+    ours: list[PodInfo],
+    pod_groups: list[dict[str, Any]],
+    claims: Claims,
+    kueue: Kueue | None,
+    jobs: dict[str, dict[str, Any]] | None,
+) -> Staged:
+    """Our pods into groups; each group's problems (queue, claims, Kueue), and its Workload if none."""
+    cfg, tree = b.cfg, w.tree
+    staged: Staged = []
     for g in group_pods(ours, pod_groups, w.ended, cfg.levels):
         w.groups[g.name] = g
         for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
             w.pod_groups.pop(object_key(member), None)
-        if job_parallelism(g, jobs, now - cfg.gang_creation_grace_s):
-            w.time_bound = True
+        if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s):
+            b.reads_clock()
         if kueue is not None:
             apply_kueue(g, kueue, jobs or {})
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
         queue = g.queue or cfg.default_queue
         if tree is not None and not tree.is_leaf(queue):
-            why = queue_problems.get(queue) or (
+            why = w.queue_problems.get(queue) or (
                 f"queue {queue!r} does not exist"
                 if queue not in tree.queues
                 else f"queue {queue!r} is not a leaf"
@@ -220,10 +320,19 @@ def build_world(
         wl = None
         if not g.problems and not g.waiting:
             try:
-                wl = _workload(g, queue, carry)
+                wl = _workload(g, queue, b.carry)
             except Exception as e:
                 g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
         staged.append((g, wl))
+    return staged
+
+
+def _add_workloads(
+    b: Build, w: World, staged: Staged, kept: bool, known: set[str], foreign: list[PodInfo]
+) -> None:
+    """Workloads into the snapshot (gone or changed ones out of a kept one first); blocked groups
+    wait with their reasons and their placed pods count as used capacity; the rest's pods are ours."""
+    snap, carry = w.snapshot, b.carry
     if kept and carry is not None:  # workloads gone or changed leave the kept snapshot first
         prune(snap, {g.name: wl for g, wl in staged if wl is not None}, carry.made)
     if carry is not None:
@@ -238,13 +347,19 @@ def build_world(
             w.blocked[g.name] = g.problems or [g.waiting]
             if not g.problems:  # only short of pods: within the grace, pods are still being created
                 since = max([p.created for p in g.pods] + [created(g.pod_group)])
-                w.waiting_pods[g.name] = now - since < cfg.gang_creation_grace_s
-                w.time_bound = True
+                w.waiting_pods[g.name] = b.now - since < b.cfg.gang_creation_grace_s
+                b.reads_clock()
             foreign += [p for p in g.pods if p.node and p.node in known]
             continue
-        apply_plans(g, w.stale_intents, contain)
+        apply_plans(g, w.stale_intents, b.contain)
         for p in g.pods:
             w.pods[p.key] = p
+
+
+def _record(b: Build, w: World, ps: _Pods, known: set[str]) -> dict[str, Bind | None]:
+    """Each node's pods into the snapshot: ours where bound or planned, the others' and reservation
+    pods as used capacity. Returns each of our pods' outcome (`record_nodes`)."""
+    now = b.now
     ours_at: dict[str, list[PodInfo]] = {}
     for p in w.pods.values():
         target = p.node or p.intent
@@ -256,22 +371,27 @@ def build_world(
             continue
         ours_at.setdefault(target, []).append(p)
         if not (p.started or p.created):
-            w.time_bound = True  # recorded as running since now
+            b.reads_clock()  # recorded as running since now
     reserved: list[PodInfo] = []
-    prefer = _reservations(w, reservations, foreign, reserved, cfg, contain, memo)
+    prefer = _reservations(w, ps.reservations, ps.foreign, reserved, b.cfg, b.contain, b.memo)
 
-    def by_node(ps: list[PodInfo]) -> dict[str, list[Foreign]]:
+    def by_node(pods: list[PodInfo]) -> dict[str, list[Foreign]]:
         out: dict[str, list[Foreign]] = {}
-        for p in ps:
+        for p in pods:
             if p.node in known:
                 # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
                 ends = (p.deletion or now) if p.deleting else None
                 if p.deleting and not p.deletion:
-                    w.time_bound = True
+                    b.reads_clock()
                 out.setdefault(p.node, []).append((p, prefer.get(p.key, ()), ends))
         return out
 
-    outcomes = record_nodes(snap, carry, ours_at, by_node(foreign), by_node(reserved), now)
+    return record_nodes(w.snapshot, b.carry, ours_at, by_node(ps.foreign), by_node(reserved), now)
+
+
+def _leftovers(w: World, outcomes: dict[str, Bind | None]) -> None:
+    """Binds an earlier run planned but did not make (to finish), and plans that no longer hold (to
+    clear; none of a stale plan's pods is finished from it)."""
     for p in w.pods.values():
         if p.key not in outcomes:
             continue
@@ -280,18 +400,10 @@ def build_world(
             w.stale_intents.append(p.plan_holder or p.key)
         elif placed is not None and not p.node:
             w.unfinished.append(placed)
-    if kept:
-        reset_cycle_state(snap)
-    _served(snap, now)
     w.stale_intents = sorted(set(w.stale_intents))
     if len(w.stale_intents) > 0:  # a stale plan: none of its pods may be finished from it
         stale = set(w.stale_intents)
         w.unfinished = [b for b in w.unfinished if (w.pods[b.task].plan_holder or b.task) not in stale]
-    queue_labels = {f"Queue {q}": msg for q, msg in queue_problems.items()}
-    w.problems = contain.problems | queue_labels
-    if carry is not None:
-        carry.keep(w, stamp)
-    return w
 
 
 def _served(snap: Snapshot, now: float) -> None:

@@ -13,15 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s.act.explain import describe
-from phalanx.k8s.act.insight import RunTimes, insights
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import Capture
 
@@ -83,9 +80,8 @@ def compare(cap: Capture, cfg: AdapterConfig, profile: Profile, now: float | Non
         for p in cap.items("pods")
         if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == cfg.scheduler_name
     }
-    result = run_cycle(world.snapshot, profile, now, np.random.default_rng(0), apply=True)
-    waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
-    ahead = insights(world.snapshot, profile, now, waiting, RunTimes(), budget_s=1.0).texts
+    decision = decide(world, profile, now)
+    result, ahead = decision.result, decision.foresee().texts
     out = Comparison(cfg.scheduler_name, profile.name, world, result)
     out.problems = [world.problems[k] for k in sorted(world.problems)]
     binds = {b.task: b for b in result.binds}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -24,6 +25,7 @@ import numpy as np
 from phalanx.core.decisions import CycleResult
 from phalanx.core.model import MILLI
 from phalanx.core.queues import GPU, fair_shares
+from phalanx.core.snapshot import Snapshot
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.read.lifecycle import gang_status
 from phalanx.k8s.read.world import World
@@ -86,13 +88,20 @@ class Board:
     pool_label: str = "phalanx.io/node-pool"
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=200))
     lock: threading.Lock = field(default_factory=threading.Lock)
-    asked: float = 0.0
+    asked: float = -math.inf  # when a browser last asked (never, yet)
     building: threading.Event = field(default_factory=threading.Event)
+    # the driver's clock (the scheduler's injected one): when asked, and whether someone still looks
+    clock: Callable[[], float] = time.time
     _state: dict[str, Any] = field(default_factory=dict)
     _details: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def wanted(self) -> bool:
-        return time.time() - self.asked < WANTED_FOR_S
+        return self.clock() - self.asked < WANTED_FOR_S
+
+    def reading(self) -> bool:
+        """Whether a build on the dashboard's thread still reads an earlier cycle's world: the
+        scheduler then leaves that snapshot to it and builds a new one (`phalanx.k8s.read.carry`)."""
+        return self.building.is_set()
 
     def remember(self, now: float, kind: str, what: str, where: str, why: str = "") -> None:
         with self.lock:
@@ -100,7 +109,7 @@ class Board:
 
     def state_json(self, visible: Visible | None = None) -> bytes:
         """The whole state; with `visible`, only the workloads of the namespaces it allows."""
-        self.asked = time.time()
+        self.asked = self.clock()
         with self.lock:
             body = self._state or {"mode": self.mode, "generated": 0, "warming_up": True}
         if visible is not None:
@@ -109,7 +118,7 @@ class Board:
         return json.dumps(body, separators=(",", ":")).encode()
 
     def detail_json(self, kind: str, name: str, visible: Visible | None = None) -> bytes | None:
-        self.asked = time.time()
+        self.asked = self.clock()
         with self.lock:
             d = self._details.get(f"{kind}/{name}")
         if d is not None and visible is not None:
@@ -151,10 +160,41 @@ class Board:
 def build(
     world: World, result: CycleResult | None, insight: dict[str, str], now: float, pool_label: str
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The dashboard's state of one cycle, and the details of each node, queue and workload by
+    `kind/name`; built from the world and the cycle's result alone."""
     s = world.snapshot
-    c = s.cluster
     details: dict[str, dict[str, Any]] = {}
-    holders: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    nodes, pools = _nodes(world, _holders(s), pool_label, details)
+    queues = _queues(world, details)
+    reasons = _reasons(world, result)
+    pending = _pending(world, reasons, insight)
+    _workloads(world, reasons, insight, details)
+    total = sum(len(row["gpus"]) for row in nodes)
+    state = {
+        "generated": now,
+        "summary": {
+            "nodes": len(nodes),
+            "gpus": total,
+            "gpus_used": round(sum(sum(row["gpus"]) for row in nodes), 2),
+            "running": len(s.running),
+            "waiting": len(pending),
+        },
+        "pools": [{"name": k, **v} for k, v in sorted(pools.items())],
+        "nodes": nodes,
+        "queues": queues,
+        "pending": pending,
+        "problems": [world.problems[k] for k in sorted(world.problems)],
+        # `Pod team-a/x` -> team-a: who may see each problem (`_filter_state`)
+        PROBLEM_NAMESPACES: [_ns(k.split(" ", 1)[-1]) for k in sorted(world.problems)],
+    }
+    return state, details
+
+
+Holders = dict[tuple[int, int], list[dict[str, Any]]]  # (node index, GPU index) -> who holds it
+
+
+def _holders(s: Snapshot) -> Holders:
+    holders: Holders = {}
     for a in s.allocations.values():
         d = a.devices
         for j in d.gpus:
@@ -164,6 +204,16 @@ def build(
             elif d.milli < 1000:
                 h["share"] = d.milli / 1000
             holders.setdefault((a.node, j), []).append(h)
+    return holders
+
+
+def _nodes(
+    world: World, holders: Holders, pool_label: str, details: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Each node with the used share of each GPU, and the pools they add up to; each node's
+    details (its GPUs' holders, its pods) go into `details`."""
+    s = world.snapshot
+    c = s.cluster
     reserved = {(n, idx) for (n, idx) in world.reservations}
     nodes: list[dict[str, Any]] = []
     pools: dict[str, dict[str, float]] = {}
@@ -205,30 +255,47 @@ def build(
             "gpus": gpus,
             "pods": sorted(a.task.name for a in s.on_node[i].values()),
         }
-    queues = []
-    if world.tree is not None:
-        demand = {
-            q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-            for q in world.tree.queues
-            if world.tree.is_leaf(q)
+    return nodes, pools
+
+
+def _queues(world: World, details: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each queue's deserved, fair, used and waiting GPUs; its workloads go into its details."""
+    s = world.snapshot
+    queues: list[dict[str, Any]] = []
+    if world.tree is None:
+        return queues
+    demand = {
+        q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
+        for q in world.tree.queues
+        if world.tree.is_leaf(q)
+    }
+    fair = fair_shares(world.tree, s.capacity_vector(), demand)
+    for name, q in world.tree.queues.items():
+        row = {
+            "name": name,
+            "parent": q.parent,
+            "deserved": float(world.tree.deserved[name][GPU]) / 1000,
+            "fair": float(fair.get(name, np.zeros(3))[GPU]) / 1000,
+            "used": float(s.usage_of(name)[GPU]) / 1000,
+            "waiting": float(max(0.0, s.queue_pending.get(name, np.zeros(3))[GPU])) / 1000,
         }
-        fair = fair_shares(world.tree, s.capacity_vector(), demand)
-        for name, q in world.tree.queues.items():
-            row = {
-                "name": name,
-                "parent": q.parent,
-                "deserved": float(world.tree.deserved[name][GPU]) / 1000,
-                "fair": float(fair.get(name, np.zeros(3))[GPU]) / 1000,
-                "used": float(s.usage_of(name)[GPU]) / 1000,
-                "waiting": float(max(0.0, s.queue_pending.get(name, np.zeros(3))[GPU])) / 1000,
-            }
-            queues.append(row)
-            members = [e.name for e in s.workloads.values() if e.workload.queue == name]
-            details[f"queue/{name}"] = {**row, "workloads": sorted(members)}
-    pending = []
+        queues.append(row)
+        members = [e.name for e in s.workloads.values() if e.workload.queue == name]
+        details[f"queue/{name}"] = {**row, "workloads": sorted(members)}
+    return queues
+
+
+def _reasons(world: World, result: CycleResult | None) -> dict[str, str]:
+    """Why each waiting workload waits: the cycle's reasons, then what kept the others out of it."""
     reasons = {p.workload: describe(p) for p in (result.pending if result else [])}
     for name, problems in world.blocked.items():
         reasons.setdefault(name, "; ".join(problems))
+    return reasons
+
+
+def _pending(world: World, reasons: dict[str, str], insight: dict[str, str]) -> list[dict[str, Any]]:
+    s = world.snapshot
+    pending = []
     for name, text in sorted(reasons.items()):
         grp = world.groups.get(name)
         entry = s.workloads.get(name)
@@ -240,6 +307,14 @@ def build(
             "forecast": insight.get(name, ""),
         }
         pending.append(row)
+    return pending
+
+
+def _workloads(
+    world: World, reasons: dict[str, str], insight: dict[str, str], details: dict[str, dict[str, Any]]
+) -> None:
+    """Each workload's details: its state, gang phase, reasons, forecast and pods."""
+    s = world.snapshot
     for name, e in s.workloads.items():
         grp = world.groups.get(name)
         gang = gang_status(world, name)
@@ -263,22 +338,3 @@ def build(
             ],
             "pod_group": bool(grp and grp.pod_group),
         }
-    total = sum(len(row["gpus"]) for row in nodes)
-    state = {
-        "generated": now,
-        "summary": {
-            "nodes": len(nodes),
-            "gpus": total,
-            "gpus_used": round(sum(sum(row["gpus"]) for row in nodes), 2),
-            "running": len(s.running),
-            "waiting": len(pending),
-        },
-        "pools": [{"name": k, **v} for k, v in sorted(pools.items())],
-        "nodes": nodes,
-        "queues": queues,
-        "pending": pending,
-        "problems": [world.problems[k] for k in sorted(world.problems)],
-        # `Pod team-a/x` -> team-a: who may see each problem (`_filter_state`)
-        PROBLEM_NAMESPACES: [_ns(k.split(" ", 1)[-1]) for k in sorted(world.problems)],
-    }
-    return state, details

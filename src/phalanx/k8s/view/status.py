@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phalanx.core.cycle import run_cycle
 from phalanx.core.queues import GPU, fair_shares
 from phalanx.k8s.act.explain import describe
-from phalanx.k8s.act.insight import RunTimes, insights
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.lifecycle import gang_names, gang_status
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import read
@@ -68,11 +67,8 @@ def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: th
         try:
             world = world_now(api, cfg)
             now = time.time()
-            result = run_cycle(world.snapshot, prof, now, np.random.default_rng(0), apply=True)
-            waiting = [p.workload for p in result.pending if p.workload in world.snapshot.workloads]
-            board.update(
-                world, result, insights(world.snapshot, prof, now, waiting, RunTimes(), 1.0).texts, now
-            )
+            decision = decide(world, prof, now)
+            board.update(world, decision.result, decision.foresee().texts, now)
         except Exception:  # an API hiccup: show the last state and try again
             log.exception("could not read the cluster")
         stop.wait(interval)
@@ -128,11 +124,9 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
     # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
     # (the tables above show the cluster as it is)
     now = time.time()
-    prof = load_profile(cfg.profile)
-    result = run_cycle(s, prof, now, np.random.default_rng(0), apply=True)
-    waiting = [p.workload for p in result.pending if p.workload in s.workloads]
-    insight = insights(s, prof, now, waiting, RunTimes(), budget_s=1.0).texts
-    for p in result.pending:
+    decision = decide(world, load_profile(cfg.profile), now)
+    insight = decision.foresee().texts
+    for p in decision.result.pending:
         out.pending.append(
             {"workload": p.workload, "why": describe(p), "forecast": insight.get(p.workload, "-")}
         )
