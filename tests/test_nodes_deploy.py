@@ -147,8 +147,12 @@ RENDEZVOUS = """
 set -e
 echo "rank $RANK up on $(hostname)"
 if [ "$RANK" = 0 ]; then
+  # The listener's stdin is held open (a FIFO this shell keeps), so that it never closes its side
+  # first: busybox's nc exits at its peer's EOF, sent or not, with 0, and the sender would say
+  # "sent" for a message never sent (5 in 400 on a loaded machine; 0 in 400 held open).
+  mkfifo /tmp/hold && exec 3<>/tmp/hold
   # a sender that gave up mid-connect (a loaded machine) leaves an empty message: listen again
-  until msg=$(nc -l -p 7777) && [ -n "$msg" ]; do :; done
+  until msg=$(nc -l -p 7777 <&3) && [ -n "$msg" ]; do :; done
   echo "rank 0 got: $msg"
 else
   until ip=$(kubectl get pod "$GROUP-0" -o 'jsonpath={.status.podIP}') && [ -n "$ip" ]; do sleep 0.2; done
