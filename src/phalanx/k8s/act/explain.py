@@ -252,7 +252,7 @@ class Explainer:
     ) -> None:
         """Phase, member counts and conditions of each of our PodGroups, written when they change."""
         for name, pg in world.pod_groups.items():
-            if not str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+            if not keys.is_ours(pg):
                 continue  # other schedulers' PodGroups belong to their controllers
             st = gang_status(world, name, bound)
             if st is None:

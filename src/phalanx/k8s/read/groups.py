@@ -109,7 +109,7 @@ def group_pods(
     `levels`: the topology levels, to map native topology keys onto."""
     by_name: dict[tuple[str, str], dict[str, Any]] = {}
     natives: dict[tuple[str, str], dict[str, Any]] = {}
-    ordered = sorted(pod_groups, key=lambda o: not str(o.get("apiVersion", "")).startswith(keys.GROUP))
+    ordered = sorted(pod_groups, key=lambda o: not keys.is_ours(o))
     for pg in ordered:
         meta = pg.get("metadata") or {}
         at = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
@@ -177,7 +177,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
                         f"{kind}: spec.topology", "needs a level, e.g. {level: rack, required: true}"
                     )
                 g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
-            if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
+            if keys.is_ours(g.pod_group):
                 _tenancy_fields(g, spec, kind)
             if str(g.pod_group.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
                 members = [(p.key, p.labels) for p in g.pods]

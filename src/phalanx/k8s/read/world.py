@@ -259,7 +259,7 @@ def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
     for pg in pod_groups:
         meta = pg.get("metadata") or {}
         gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+        if gid not in w.pod_groups or keys.is_ours(pg):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
 
 
