@@ -78,10 +78,7 @@ class Scene:
 
     @classmethod
     def of(cls, world: World, pods: list[dict[str, Any]], dra: DraObjects) -> Scene:
-        by_key = {
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pods
-        }
+        by_key = {object_key(p): p for p in pods}
         return cls(
             pods=by_key,
             uids={k: str((o.get("metadata") or {}).get("uid", "")) for k, o in by_key.items()},

@@ -16,6 +16,7 @@ from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
 from phalanx.core.model import MAX_DEVICES, MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.datasets import pod_dataset
@@ -81,7 +82,7 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         if ref.get("controller"):
             owner = (str(ref.get("kind", "")), str(ref.get("name", "")))
     info = PodInfo(
-        key=f"{ns}/{name}",
+        key=object_key(obj, "default"),
         namespace=ns,
         name=name,
         uid=str(meta.get("uid", "")),

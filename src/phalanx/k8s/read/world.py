@@ -241,10 +241,7 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
         p = b.contain("Pod", obj, partial(b.memo.pod, obj, b.cfg))
         if p is None:
             if mapping(obj.get("spec")).get("schedulerName") == b.cfg.scheduler_name:
-                meta = obj.get("metadata") or {}
-                w.pod_problems[f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"] = (
-                    b.contain.problems[label("Pod", obj)]
-                )
+                w.pod_problems[object_key(obj, "default")] = b.contain.problems[label("Pod", obj)]
             else:  # not ours: nobody to tell, and it still runs where it runs
                 b.contain.problems.pop(label("Pod", obj), None)
             continue
@@ -257,8 +254,7 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
 
 def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
     for pg in pod_groups:
-        meta = pg.get("metadata") or {}
-        gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        gid = object_key(pg, "default")
         if gid not in w.pod_groups or keys.is_ours(pg):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
 
