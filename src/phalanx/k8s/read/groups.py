@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from phalanx.core.errors import SpecError
@@ -27,6 +26,7 @@ from phalanx.k8s.read import native
 from phalanx.k8s.read.contain import describe
 from phalanx.k8s.read.pods import PodInfo, timestamp
 from phalanx.spec.quantity import whole_number
+from phalanx.spec.times import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -427,12 +427,10 @@ _warned: set[tuple[str, str]] = set()  # bad last-checkpoint values already logg
 
 
 def _instant(text: str) -> float | None:
-    """RFC 3339 time ("2026-12-01T10:00:00Z", an offset required) -> epoch seconds; None if not one."""
-    try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return t.timestamp() if t.tzinfo is not None else None
+    """A user-written RFC 3339 time ("2026-12-01T10:00:00Z", an offset required) -> epoch seconds;
+    None if not one. Written by hand or by a training script, it may carry spaces around it and
+    a lower-case `z`, which RFC 3339 allows."""
+    return rfc3339(text.strip().replace("z", "+00:00"), offset_required=True)
 
 
 def _seconds(text: str | None, where: str) -> float | None:
