@@ -167,7 +167,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
         elif g.pod_group is not None:
             spec = g.pod_group.get("spec") or {}
             kind = f"PodGroup {g.name}"
-            g.min_available = whole_number(spec.get("minMember", 1), f"{kind}: spec.minMember", 1)
+            g.min_available = native.min_member(g.pod_group, kind)
             g.minimum_said = f"minMember {g.min_available}"
             g.queue = str(spec.get("queue") or "")
             topo = spec.get("topology")
