@@ -15,9 +15,9 @@ from functools import partial
 from typing import Any
 
 from phalanx.core.decisions import Bind
-from phalanx.core.model import MILLI, GpuRequest, Node, Workload
+from phalanx.core.model import GpuRequest, Node, Workload
 from phalanx.core.queues import QueueTree
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.snapshot import Snapshot, gpu_seconds
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
@@ -407,7 +407,7 @@ def _served(snap: Snapshot, now: float) -> None:
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
-        entry.attained = entry.gpu_milli / MILLI * entry.executed
+        entry.attained = gpu_seconds(entry.gpu_milli, entry.executed)
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
