@@ -31,6 +31,7 @@ from phalanx.core.model import (
     validate_mig_layout,
 )
 from phalanx.core.queues import QueueTree, Vector
+from phalanx.core.queues import fair_shares as queue_fair_shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -681,6 +682,20 @@ class Snapshot:
         table = self.queue_usage if self.queues is None else self.subtree_usage
         use = table.get(queue)
         return use if use is not None else np.zeros(3)
+
+    def leaf_demand(self, tree: QueueTree) -> dict[str, Vector]:
+        """Each leaf queue's demand, as fair shares are computed from it: what it uses plus what it
+        waits for (never below zero)."""
+        return {
+            q: self.queue_usage.get(q, np.zeros(3)) + np.maximum(self.queue_pending.get(q, np.zeros(3)), 0)
+            for q in tree.queues
+            if tree.is_leaf(q)
+        }
+
+    def fair_shares(self, tree: QueueTree) -> dict[str, Vector]:
+        """Every queue's fair share of the whole cluster now: what the cycle enforces (`Session`) and
+        what the operator is shown (board, status, PodGroup and Queue status) alike."""
+        return queue_fair_shares(tree, self.capacity_vector(), self.leaf_demand(tree))
 
     def advance(self, now: float, half_life: float = 0.0) -> None:
         """Account the time since the last call (driver-side, between cycles).

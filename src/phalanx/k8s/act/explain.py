@@ -24,7 +24,7 @@ import numpy as np
 
 from phalanx.core.decisions import DISRUPTION_BUDGET, NOT_PREEMPTIBLE, CycleResult, Hold, Pending, holds_text
 from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
-from phalanx.core.queues import CPU, GPU, MEM, fair_shares
+from phalanx.core.queues import CPU, GPU, MEM
 from phalanx.k8s import keys
 from phalanx.k8s.act.native_status import NativeStatus
 from phalanx.k8s.client.api import Api, ApiError
@@ -364,9 +364,4 @@ def _res(v: np.ndarray) -> dict[str, str]:
 def _fair(world: World) -> dict[str, np.ndarray]:
     s = world.snapshot
     assert world.tree is not None
-    demand = {
-        q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-        for q in world.tree.queues
-        if world.tree.is_leaf(q)
-    }
-    return fair_shares(world.tree, s.capacity_vector(), demand)
+    return s.fair_shares(world.tree)

@@ -24,7 +24,7 @@ import numpy as np
 
 from phalanx.core.decisions import CycleResult
 from phalanx.core.model import MILLI
-from phalanx.core.queues import GPU, fair_shares
+from phalanx.core.queues import GPU
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.read.lifecycle import gang_status
@@ -264,12 +264,7 @@ def _queues(world: World, details: dict[str, dict[str, Any]]) -> list[dict[str, 
     queues: list[dict[str, Any]] = []
     if world.tree is None:
         return queues
-    demand = {
-        q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-        for q in world.tree.queues
-        if world.tree.is_leaf(q)
-    }
-    fair = fair_shares(world.tree, s.capacity_vector(), demand)
+    fair = s.fair_shares(world.tree)
     for name, q in world.tree.queues.items():
         row = {
             "name": name,

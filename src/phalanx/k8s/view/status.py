@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phalanx.core.queues import GPU, fair_shares
+from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
@@ -78,12 +78,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
     out = Status()
     s = world.snapshot
     if world.tree is not None:
-        demand = {
-            q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-            for q in world.tree.queues
-            if world.tree.is_leaf(q)
-        }
-        fair = fair_shares(world.tree, s.capacity_vector(), demand)
+        fair = s.fair_shares(world.tree)
         for name in world.tree.queues:
             out.queues.append(
                 {
