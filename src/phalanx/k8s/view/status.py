@@ -24,6 +24,7 @@ from phalanx.k8s.read.lifecycle import gang_names, gang_status
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import read
 from phalanx.k8s.view.board import Board
+from phalanx.k8s.view.holders import gpu_holders
 from phalanx.profiles import load_profile
 
 log = logging.getLogger("phalanx.k8s")
@@ -89,17 +90,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "fair_gpu": fair.get(name, np.zeros(3))[GPU] / 1000,
                 }
             )
-    holders: dict[tuple[int, int], list[str]] = {}
-    for a in s.allocations.values():
-        d = a.devices
-        for j in d.gpus:
-            if d.mig is not None:
-                what = f"{a.task.name} (MIG {d.mig.profile}@{d.mig.start})"
-            elif d.milli < 1000:
-                what = f"{a.task.name} ({d.milli / 1000:g})"
-            else:
-                what = a.task.name
-            holders.setdefault((a.node, j), []).append(what)
+    holders = gpu_holders(s)
     c = s.cluster
     for i, n in enumerate(s.nodes):
         for j, g in enumerate(n.gpus):
@@ -109,7 +100,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "gpu": g.index,
                     "model": g.model + (" MIG" if g.mig_enabled else ""),
                     "free": f"{c.gpu_milli_free[i, j] / 1000:g}" if not g.mig_enabled else "-",
-                    "held_by": ", ".join(holders.get((i, j), [])) or "-",
+                    "held_by": ", ".join(h.label() for h in holders.get((i, j), [])) or "-",
                 }
             )
     for name in gang_names(world):
