@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,8 +40,8 @@ class Status:
     problems: list[str] = field(default_factory=list)
 
 
-def collect(api: Api, cfg: AdapterConfig) -> Status:
-    return summarize(world_now(api, cfg), cfg)
+def collect(api: Api, cfg: AdapterConfig, clock: Callable[[], float] = time.time) -> Status:
+    return summarize(world_now(api, cfg), cfg, clock)
 
 
 def world_now(api: Api, cfg: AdapterConfig) -> World:
@@ -57,17 +58,25 @@ def world_now(api: Api, cfg: AdapterConfig) -> World:
     return world
 
 
-def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: threading.Event) -> None:
+def follow(
+    api: Api,
+    cfg: AdapterConfig,
+    board: Board,
+    interval: float,
+    stop: threading.Event,
+    clock: Callable[[], float] = time.time,
+) -> None:
     """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only.
 
     Each round runs the cycle the scheduler would run (on a copy of the world, nothing is written)
-    so that waiting workloads show the reasons and forecasts the scheduler would give.
+    so that waiting workloads show the reasons and forecasts the scheduler would give. `clock`: the
+    cycle's time, injected as the scheduler's is (tests and replays pass their own).
     """
     prof = load_profile(cfg.profile)
     while not stop.is_set():
         try:
             world = world_now(api, cfg)
-            now = time.time()
+            now = clock()
             decision = decide(world, prof, now)
             board.update(world, decision.result, decision.foresee().texts, now)
         except Exception:  # an API hiccup: show the last state and try again
@@ -75,7 +84,8 @@ def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: th
         stop.wait(interval)
 
 
-def summarize(world: World, cfg: AdapterConfig) -> Status:
+def summarize(world: World, cfg: AdapterConfig, clock: Callable[[], float] = time.time) -> Status:
+    """The tables of `phalanx status` for `world`, with the cycle the scheduler would run at `clock()`."""
     out = Status()
     s = world.snapshot
     if world.tree is not None:
@@ -109,7 +119,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
             out.gangs.append({"workload": name, "phase": st.phase, "members": st.text})
     # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
     # (the tables above show the cluster as it is)
-    now = time.time()
+    now = clock()
     decision = decide(world, load_profile(cfg.profile), now)
     insight = decision.foresee().texts
     for p in decision.result.pending:
