@@ -23,7 +23,7 @@ from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.feasibility import explain, find_candidates, node_capacity
 from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
-from phalanx.core.queues import Vector, fair_shares
+from phalanx.core.queues import Vector
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
 
@@ -172,12 +172,7 @@ class Session:
             if s.queues is None:
                 self._fair = {}
             else:
-                demand = {
-                    q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-                    for q in s.queues.queues
-                    if s.queues.is_leaf(q)
-                }
-                self._fair = fair_shares(s.queues, s.capacity_vector(), demand)
+                self._fair = s.fair_shares(s.queues)
         return self._fair
 
     def request_of(self, tasks: list[Task]) -> Vector:

@@ -20,8 +20,18 @@ from phalanx.core.decisions import Bind, CycleResult, Evict, Pending
 from phalanx.core.dra import ClaimAllocation, CounterSet, DraDevice
 from phalanx.core.errors import SpecError
 from phalanx.core.mig import GEOMETRIES, resolve_geometry
-from phalanx.core.model import GpuKind, Node, Task, TaskRequest, Toleration, Workload, validate_mig_layout
+from phalanx.core.model import (
+    MILLI,
+    GpuKind,
+    Node,
+    Task,
+    TaskRequest,
+    Toleration,
+    Workload,
+    validate_mig_layout,
+)
 from phalanx.core.queues import QueueTree, Vector
+from phalanx.core.queues import fair_shares as queue_fair_shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,25 @@ def alloc_milli(a: Allocation) -> int:
     """Milli-GPU a task holds (a MIG slice counts by its share of the GPU's compute)."""
     d = a.devices
     return len(d.gpus) * d.milli if d.mig is None else d.mig_compute * 1000 // 7
+
+
+def gpu_seconds(gpu_milli: int, seconds: float) -> float:
+    """Attained service: GPU-seconds for `gpu_milli` held `seconds` (what LAS orders by). One
+    formula for the simulator's running total and the adapter's reading of a run from its pods."""
+    return gpu_milli * seconds / MILLI
+
+
+def decay_history(
+    history: dict[str, Vector], usage: Mapping[str, Vector], dt: float, half_life: float
+) -> None:
+    """Move each queue's usage history towards its usage now, by the share of `half_life` that
+    `dt` seconds are (a queue new to `history` starts at its usage): the fair-share history
+    (`fairshare`'s `history_weight`) as the simulator's snapshot and the adapter's attained-service
+    store both keep it."""
+    keep = 0.5 ** (dt / half_life)
+    for q, use in usage.items():
+        old = history.get(q, use)
+        history[q] = old * keep + use * (1 - keep)
 
 
 class Snapshot:
@@ -654,6 +683,20 @@ class Snapshot:
         use = table.get(queue)
         return use if use is not None else np.zeros(3)
 
+    def leaf_demand(self, tree: QueueTree) -> dict[str, Vector]:
+        """Each leaf queue's demand, as fair shares are computed from it: what it uses plus what it
+        waits for (never below zero)."""
+        return {
+            q: self.queue_usage.get(q, np.zeros(3)) + np.maximum(self.queue_pending.get(q, np.zeros(3)), 0)
+            for q in tree.queues
+            if tree.is_leaf(q)
+        }
+
+    def fair_shares(self, tree: QueueTree) -> dict[str, Vector]:
+        """Every queue's fair share of the whole cluster now: what the cycle enforces (`Session`) and
+        what the operator is shown (board, status, PodGroup and Queue status) alike."""
+        return queue_fair_shares(tree, self.capacity_vector(), self.leaf_demand(tree))
+
     def advance(self, now: float, half_life: float = 0.0) -> None:
         """Account the time since the last call (driver-side, between cycles).
 
@@ -668,13 +711,10 @@ class Snapshot:
         if dt == 0:
             return
         for entry in self.running.values():
-            entry.attained += entry.gpu_milli * dt / 1000
+            entry.attained += gpu_seconds(entry.gpu_milli, dt)
             entry.executed += dt
         if half_life > 0:
-            keep = 0.5 ** (dt / half_life)
-            for q, use in self.queue_usage.items():
-                old = self.queue_history.get(q, use)
-                self.queue_history[q] = old * keep + use * (1 - keep)
+            decay_history(self.queue_history, self.queue_usage, dt, half_life)
 
     @property
     def running(self) -> dict[str, WorkloadEntry]:

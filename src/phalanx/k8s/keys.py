@@ -5,8 +5,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 GROUP = "scheduling.phalanx.io"
 VERSION = "v1alpha1"
+
+
+def is_ours(obj: Mapping[str, object]) -> bool:
+    """Whether an object (PodGroup, Queue) is of our API group rather than another scheduler's:
+    ours win a name clash, and only ours get their status written by us."""
+    return str(obj.get("apiVersion", "")).startswith(GROUP)
+
 
 # written by Phalanx on pods before the bind (device assignment; see docs/kubernetes.md)
 GPU_DEVICES = "phalanx.io/gpu-devices"  # "0,1": GPU indices on the node

@@ -80,6 +80,13 @@ class LasOrder(CycleHooks, ChangeForecast):
         for e in sorted((e for e in entries if e.name not in running), key=_place):
             e.cache[QUEUE_PLACE] = (_place(e)[0], next(self._seq))
 
+    @staticmethod
+    def forget(entry: WorkloadEntry) -> None:
+        """Forget the workload's place in its level's list (`within: queue`), the one thing this
+        order keeps across cycles: the next `begin_cycle` files it as it files an arrival. For a
+        driver whose cycles start afresh (the adapter's, from what the API says)."""
+        entry.cache.pop(QUEUE_PLACE, None)
+
     def next_change(self, entry: WorkloadEntry, now: float) -> float | None:
         """When a running workload crosses its next threshold (its rank changes by itself then)."""
         rate = entry.gpu_milli / 1000

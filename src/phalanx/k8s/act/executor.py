@@ -25,13 +25,14 @@ from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.dra import ClaimAllocation, DraDevice
 from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
 from phalanx.k8s.act.shares import Shares, is_share
+from phalanx.k8s.act.step import BindStep, Broke, Step
 from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.client.kinds import RESOURCE_CLAIMS
@@ -78,10 +79,7 @@ class Scene:
 
     @classmethod
     def of(cls, world: World, pods: list[dict[str, Any]], dra: DraObjects) -> Scene:
-        by_key = {
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pods
-        }
+        by_key = {object_key(p): p for p in pods}
         return cls(
             pods=by_key,
             uids={k: str((o.get("metadata") or {}).get("uid", "")) for k, o in by_key.items()},
@@ -255,38 +253,41 @@ class Executor:
             failpoint.hit("plan-written")
         claimed = [b for b in binds if b.claims]
         if claimed:
-            why = self._write_claims(claimed, scene)
-            if why:
-                out.broken[workload] = why
+            broke = self._write_claims(claimed, scene)
+            if broke is not None:
+                out.broken[workload] = broke.why
                 if write_intent and planned:
                     self.clear_intent(binds[0].task)
                 return
         if shared and self.shares is not None:
-            why = self.shares.prepare(binds, scene.pods, uids)
-            if why == "later":  # a reservation pod waits for its GPU; the plan keeps the decision
-                out.deferred += [b.task for b in binds]
-                return
-            if why:
-                log.info("gang %s cannot go where it was placed: %s", workload, why)
-                out.broken[workload] = why
-                self.clear_intent(binds[0].task)
-                return
+            match self.shares.prepare(binds, scene.pods, uids):
+                case Step.READY:
+                    pass
+                case Step.LATER:  # a reservation pod waits for its GPU; the plan keeps the decision
+                    out.deferred += [b.task for b in binds]
+                    return
+                case Broke(why):
+                    log.info("gang %s cannot go where it was placed: %s", workload, why)
+                    out.broken[workload] = why
+                    self.clear_intent(binds[0].task)
+                    return
         done: list[Bind] = []
         for b in binds:
-            state = self._bind_one(b, uids.get(b.task, ""), scene.pods.get(b.task))
-            if state == "bound":
-                done.append(b)
-                out.bound.append(b.task)
-                failpoint.hit("bound")
-            elif state == "later":
-                out.deferred.append(b.task)
-            else:
-                self._undo(workload, done, binds, state, out, planned)
-                return
+            match self._bind_one(b, uids.get(b.task, ""), scene.pods.get(b.task)):
+                case Step.BOUND:
+                    done.append(b)
+                    out.bound.append(b.task)
+                    failpoint.hit("bound")
+                case Step.LATER:
+                    out.deferred.append(b.task)
+                case Broke(why):
+                    self._undo(workload, done, binds, why, out, planned)
+                    return
 
     # ------------------------------------------------------------------ DRA claims
-    def _write_claims(self, binds: list[Bind], scene: Scene) -> str:
-        """Allocate the gang's claims (status.allocation, reservedFor) before any of its pods is bound.
+    def _write_claims(self, binds: list[Bind], scene: Scene) -> Broke | None:
+        """Allocate the gang's claims (status.allocation, reservedFor) before any of its pods is bound;
+        None when all are, else why not.
 
         Each write carries the claim's resourceVersion: a claim someone else allocated meanwhile
         answers 409 and is never allocated twice. On failure what this gang wrote is undone.
@@ -300,9 +301,9 @@ class Executor:
                     fresh = self._claim_one(ca, b, uid, scene)
                 except (ApiError, Retry, ValueError) as e:
                     self._unclaim(written)
-                    return f"could not allocate ResourceClaim {ca.claim}: {e}"
+                    return Broke(f"could not allocate ResourceClaim {ca.claim}: {e}")
                 written.append((ca.claim, fresh, holder["uid"] if holder else uid))
-        return ""
+        return None
 
     def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> bool:
         """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
@@ -363,8 +364,8 @@ class Executor:
             except (ApiError, Retry) as e:
                 log.warning("could not undo the allocation of ResourceClaim %s: %s", claim, e)
 
-    def _bind_one(self, b: Bind, uid: str, pod: dict[str, Any] | None) -> str:
-        """'bound', 'later' (API trouble: the plan stays, the next cycle retries), or why it broke."""
+    def _bind_one(self, b: Bind, uid: str, pod: dict[str, Any] | None) -> BindStep:
+        """BOUND, LATER (API trouble: the plan stays, the next cycle retries), or Broke: why."""
         ns, name = split(b.task)
         try:
             current = ((pod or {}).get("metadata") or {}).get("annotations") or {}
@@ -374,30 +375,30 @@ class Executor:
                     partial(self.api.patch_pod_annotations, ns, name, dict.fromkeys(stale)), conflicts=True
                 )
             self._retry(lambda: self.api.bind(ns, name, uid, b.node, binding_notes(b)))
-            return "bound"
+            return Step.BOUND
         except Retry:
-            return self._verify(b) or "later"
+            return self._verify(b) or Step.LATER
         except NotFound:
-            return f"pod {b.task} is gone"
+            return Broke(f"pod {b.task} is gone")
         except Conflict:
-            return self._verify(b) or f"pod {b.task} conflicts"
+            return self._verify(b) or Broke(f"pod {b.task} conflicts")
         except ApiError as e:
-            return f"pod {b.task} could not be bound: {e}"
+            return Broke(f"pod {b.task} could not be bound: {e}")
 
-    def _verify(self, b: Bind) -> str | None:
-        """After a 409 or a timeout: is the pod bound, and where?"""
+    def _verify(self, b: Bind) -> Literal[Step.BOUND] | Broke | None:
+        """After a 409 or a timeout: is the pod bound, and where? None: it cannot be told now."""
         ns, name = split(b.task)
         try:
             pod: dict[str, Any] | None = self._retry(lambda: self.api.get_pod(ns, name))
         except (ApiError, Retry):
             return None
         if pod is None:
-            return f"pod {b.task} is gone"
+            return Broke(f"pod {b.task} is gone")
         node = (pod.get("spec") or {}).get("nodeName")
         if node == b.node:
-            return "bound"
+            return Step.BOUND
         if node:
-            return f"pod {b.task} was bound to {node} by someone else"
+            return Broke(f"pod {b.task} was bound to {node} by someone else")
         return None
 
     def _undo(

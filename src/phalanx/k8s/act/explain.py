@@ -24,7 +24,7 @@ import numpy as np
 
 from phalanx.core.decisions import DISRUPTION_BUDGET, NOT_PREEMPTIBLE, CycleResult, Hold, Pending, holds_text
 from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
-from phalanx.core.queues import CPU, GPU, MEM, fair_shares
+from phalanx.core.queues import CPU, GPU, MEM
 from phalanx.k8s import keys
 from phalanx.k8s.act.native_status import NativeStatus
 from phalanx.k8s.client.api import Api, ApiError
@@ -252,7 +252,7 @@ class Explainer:
     ) -> None:
         """Phase, member counts and conditions of each of our PodGroups, written when they change."""
         for name, pg in world.pod_groups.items():
-            if not str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+            if not keys.is_ours(pg):
                 continue  # other schedulers' PodGroups belong to their controllers
             st = gang_status(world, name, bound)
             if st is None:
@@ -364,9 +364,4 @@ def _res(v: np.ndarray) -> dict[str, str]:
 def _fair(world: World) -> dict[str, np.ndarray]:
     s = world.snapshot
     assert world.tree is not None
-    demand = {
-        q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-        for q in world.tree.queues
-        if world.tree.is_leaf(q)
-    }
-    return fair_shares(world.tree, s.capacity_vector(), demand)
+    return s.fair_shares(world.tree)

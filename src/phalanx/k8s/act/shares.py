@@ -35,6 +35,7 @@ from phalanx.core.errors import SpecError
 from phalanx.core.model import MILLI
 from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
+from phalanx.k8s.act.step import Broke, ShareStep, Step
 from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS, PODS
 from phalanx.k8s.config import AdapterConfig, ReservationPodExtras
@@ -234,9 +235,9 @@ class Shares:
             return True
         return False
 
-    def prepare(self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: dict[str, str]) -> str:
-        """'' when every share of the gang has its GPU and its ConfigMap (bind now); 'later' while a
-        reservation pod waits for its GPU; otherwise why the gang cannot go there."""
+    def prepare(self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: dict[str, str]) -> ShareStep:
+        """READY when every share of the gang has its GPU and its ConfigMap (bind now); LATER while a
+        reservation pod waits for its GPU; otherwise Broke: why the gang cannot go there."""
         shares = [b for b in binds if is_share(b)]
         uuids: dict[Slot, str] = {}
         waiting = False
@@ -244,18 +245,18 @@ class Shares:
             try:
                 got = self._reserved(slot)
             except Broken as e:
-                return str(e)
+                return Broke(str(e))
             if got is None:
                 waiting = True
             else:
                 uuids[slot] = got
         if waiting:
-            return "later"
+            return Step.LATER
         for b in shares:
             why = self._configmap(b, [uuids[(b.node, g)] for g in b.gpus], pods.get(b.task), uids)
             if why:
-                return why
-        return ""
+                return Broke(why)
+        return Step.READY
 
     def _reserved(self, slot: Slot) -> str | None:
         """The UUID the reservation pod of `slot` reports; None while it waits (made if missing)."""

@@ -23,8 +23,17 @@ from phalanx.k8s.client.kinds import Kind
 log = logging.getLogger("phalanx.k8s")
 
 
-def object_key(obj: dict[str, Any]) -> str:
+def object_key(obj: dict[str, Any], default_namespace: str | None = None) -> str:
+    """`namespace/name`, the key every room files an object under; a cluster-scoped object (a
+    Node, a Queue) is its name alone.
+
+    `default_namespace`: the namespace an object that does not say reads as, where the key must
+    match a pod's (`PodInfo.key`: a pod without one is in "default", as the API would put it);
+    then a missing name reads as "". Without it, the store's key, where no namespace means none.
+    """
     meta = obj.get("metadata") or {}
+    if default_namespace is not None:
+        return f"{meta.get('namespace', default_namespace)}/{meta.get('name', '')}"
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 

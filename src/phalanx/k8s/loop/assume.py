@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.core.decisions import Bind
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.read.devices import encode
 from phalanx.k8s.read.translations import ASSUMED
 
@@ -52,8 +53,7 @@ class Assumptions:
         out = []
         seen: set[str] = set()
         for p in pods:
-            meta = p.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            key = object_key(p)
             seen.add(key)
             if key in self.gone:
                 if now - self.gone[key] >= self.ttl:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.k8s.client.api import Api, ApiError, Conflict, Forbidden, NotFound
+from phalanx.k8s.read.pods import timestamp
 
 log = logging.getLogger("phalanx.k8s")
 
@@ -35,15 +36,6 @@ class LeaseNamespaceMissing(Exception):
 
 def _fmt(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> float:
-    if not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 class LeaderElector:
@@ -148,12 +140,12 @@ class LeaderElector:
                 return self._set(True)
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")
-            renewed = _parse(spec.get("renewTime"))
+            renewed = timestamp(spec.get("renewTime"))
             expired = now - renewed > float(spec.get("leaseDurationSeconds") or self.duration_s)
             if holder != self.identity and not expired:
                 return self._set(False)
             transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
-            acquired = _parse(spec.get("acquireTime")) if holder == self.identity else now
+            acquired = timestamp(spec.get("acquireTime")) if holder == self.identity else now
             lease["spec"] = self._spec(now, acquired, transitions)
             self.api.write_lease(lease, create=False)  # carries resourceVersion: a racing write gets 409
             return self._set(True)

@@ -288,11 +288,7 @@ class Scheduler:
         """After the binds: the start forecasts, staging ahead of them, Events and status (written in
         the background), and the dashboard's record."""
         world, result, queues = read.world, decision.result, read.gathered.queues
-        ours = {
-            str((q.get("metadata") or {}).get("name"))
-            for q in queues
-            if str(q.get("apiVersion", "")).startswith(keys.GROUP)
-        }
+        ours = {str((q.get("metadata") or {}).get("name")) for q in queues if keys.is_ours(q)}
         left_out = {
             label(kind, o): o
             for kind, objs in (("Node", self.store.items("nodes")), ("Queue", queues))

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.snapshot import Snapshot, decay_history
 from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS
 from phalanx.k8s.loop.repeat_memory import from_saved
@@ -53,10 +53,8 @@ class AttainedService:
         self._running = {name: e.attained for name, e in snap.running.items()}
         if self.half_life_s > 0 and now is not None:
             if self.history_time is not None:
-                keep = 0.5 ** (max(0.0, now - self.history_time) / self.half_life_s)
-                for q, use in snap.queue_usage.items():
-                    old = self.history.get(q, use)
-                    self.history[q] = old * keep + use * (1 - keep)
+                dt = max(0.0, now - self.history_time)
+                decay_history(self.history, snap.queue_usage, dt, self.half_life_s)
             self.history_time = now
             snap.queue_history = {q: v.copy() for q, v in self.history.items()}
             snap.history_time = now

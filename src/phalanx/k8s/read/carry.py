@@ -27,7 +27,7 @@ from phalanx.core.model import MILLI, GpuKind, Workload
 from phalanx.core.snapshot import Allocation, ForeignUsage, Snapshot
 from phalanx.k8s.read.devices import decode
 from phalanx.k8s.read.pods import PodInfo
-from phalanx.plugins.order import QUEUE_PLACE
+from phalanx.plugins.order import LasOrder
 
 if TYPE_CHECKING:  # world.py builds on this module
     from phalanx.k8s.read.world import World
@@ -138,7 +138,7 @@ def reset_cycle_state(snap: Snapshot) -> None:
     and no place in an order's queue (LAS `within: queue` keeps one in the simulator, whose snapshot
     lives the whole replay; the adapter's cycles have always started without it)."""
     for entry in snap.workloads.values():
-        entry.cache.pop(QUEUE_PLACE, None)
+        LasOrder.forget(entry)
         entry.parked_epoch = -1
         entry.last_pending = None
         entry.attained = 0.0

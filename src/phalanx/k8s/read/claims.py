@@ -14,6 +14,7 @@ from typing import Any
 from phalanx.core import drafit
 from phalanx.core.model import GpuKind, Node
 from phalanx.core.snapshot import Snapshot
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.read import native
 from phalanx.k8s.read.contain import Contain, brief, label, mapping, mappings
 from phalanx.k8s.read.dra import allocation_of, parse_claim, pod_claim_names
@@ -53,10 +54,7 @@ class Claims:
         self.snap = snap
         self.contain = contain
         self.classes = {str((c.get("metadata") or {}).get("name", "")): c for c in dra.classes}
-        self.objects = {
-            f"{(c.get('metadata') or {}).get('namespace')}/{(c.get('metadata') or {}).get('name')}": c
-            for c in dra.claims
-        }
+        self.objects = {object_key(c): c for c in dra.claims}
         self.waiting: dict[str, str] = {}  # pod -> why it waits (claim not made yet, or bad)
         self.group_reserved: dict[str, dict[str, str]] = {}  # claims of native PodGroups -> reservedFor
 

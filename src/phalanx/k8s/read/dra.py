@@ -13,12 +13,12 @@ from typing import Any
 
 from phalanx.core.cel import milli
 from phalanx.core.dra import Claim, ClaimAllocation, DeviceResult, DraDevice
+from phalanx.k8s.client.cache import object_key
 from phalanx.spec.dra import parse_claim_spec
 
 
 def parse_claim(obj: dict[str, Any], classes: dict[str, dict[str, Any]], shared: bool) -> Claim:
-    meta = obj.get("metadata") or {}
-    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    key = object_key(obj)
     return parse_claim_spec(obj.get("spec") or {}, key, classes, shared, f"ResourceClaim {key}")
 
 
@@ -28,8 +28,7 @@ def allocation_of(obj: dict[str, Any]) -> ClaimAllocation | None:
     alloc = status.get("allocation")
     if not alloc:
         return None
-    meta = obj.get("metadata") or {}
-    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    key = object_key(obj)
     results = tuple(
         DeviceResult(
             str(r.get("request", "")),

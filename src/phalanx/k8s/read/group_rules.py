@@ -15,7 +15,7 @@ from phalanx.k8s import keys
 from phalanx.k8s.read import kueue as kueue_keys
 from phalanx.k8s.read.contain import Contain
 from phalanx.k8s.read.devices import decode_plan
-from phalanx.k8s.read.groups import Group
+from phalanx.k8s.read.groups import Group, wait_for_pods
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.pods import timestamp
 
@@ -49,11 +49,8 @@ def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_sinc
     except (TypeError, ValueError):
         return False
     if need > len(g.pods):
-        g.missing = need - len(g.pods)
-        g.waiting = (
-            f"Job {g.namespace}/{first.owner[1]}: waiting for {g.missing} more pod"
-            f"{'s' if g.missing != 1 else ''}: {len(g.pods)} of its {need} parallel pods exist"
-        )
+        why = f"{len(g.pods)} of its {need} parallel pods exist"
+        wait_for_pods(g, f"Job {g.namespace}/{first.owner[1]}", need - len(g.pods), why)
     g.min_available = max(1, min(need, len(g.pods)))
     g.minimum_said = f"Job parallelism {need}"
     return False

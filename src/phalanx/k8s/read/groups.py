@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from phalanx.core.errors import SpecError
@@ -27,6 +26,7 @@ from phalanx.k8s.read import native
 from phalanx.k8s.read.contain import describe
 from phalanx.k8s.read.pods import PodInfo, timestamp
 from phalanx.spec.quantity import whole_number
+from phalanx.spec.times import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def group_pods(
     `levels`: the topology levels, to map native topology keys onto."""
     by_name: dict[tuple[str, str], dict[str, Any]] = {}
     natives: dict[tuple[str, str], dict[str, Any]] = {}
-    ordered = sorted(pod_groups, key=lambda o: not str(o.get("apiVersion", "")).startswith(keys.GROUP))
+    ordered = sorted(pod_groups, key=lambda o: not keys.is_ours(o))
     for pg in ordered:
         meta = pg.get("metadata") or {}
         at = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
@@ -167,7 +167,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
         elif g.pod_group is not None:
             spec = g.pod_group.get("spec") or {}
             kind = f"PodGroup {g.name}"
-            g.min_available = whole_number(spec.get("minMember", 1), f"{kind}: spec.minMember", 1)
+            g.min_available = native.min_member(g.pod_group, kind)
             g.minimum_said = f"minMember {g.min_available}"
             g.queue = str(spec.get("queue") or "")
             topo = spec.get("topology")
@@ -177,7 +177,7 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
                         f"{kind}: spec.topology", "needs a level, e.g. {level: rack, required: true}"
                     )
                 g.topology = TopologyConstraint(str(topo["level"]), bool(topo.get("required", False)))
-            if str(g.pod_group.get("apiVersion", "")).startswith(keys.GROUP):
+            if keys.is_ours(g.pod_group):
                 _tenancy_fields(g, spec, kind)
             if str(g.pod_group.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
                 members = [(p.key, p.labels) for p in g.pods]
@@ -188,23 +188,15 @@ def _settle(g: Group, levels: tuple[tuple[str, str], ...] = ()) -> None:
                 if g.subgroups:
                     _assign(g, kind)
             if g.min_available > have and not g.waiting:  # a subgroup short says more
-                ran = f", {g.ran} more ended" if g.ran else ""
-                g.missing = g.min_available - have
-                g.waiting = (
-                    f"{kind}: waiting for {_pods(g.missing)}: minMember {g.min_available} exceeds the "
-                    f"{n} pod(s) that belong to it so far{ran}"
-                )
+                _below_minimum(g, kind, have)
         elif keys.KUEUE_GROUP_TOTAL in first.annotations:
             g.min_available = whole_number(
                 first.annotations[keys.KUEUE_GROUP_TOTAL], f"pod {first.key}: {keys.KUEUE_GROUP_TOTAL}"
             )
             g.minimum_said = f"{keys.KUEUE_GROUP_TOTAL} {g.min_available}"
             if g.min_available > have:
-                g.missing = g.min_available - have
-                g.waiting = (
-                    f"pod group {g.name}: waiting for {_pods(g.missing)}: {g.min_available} pods expected, "
-                    f"{have} present"
-                )
+                why = f"{g.min_available} pods expected, {have} present"
+                wait_for_pods(g, f"pod group {g.name}", g.min_available - have, why)
         elif keys.MIN_AVAILABLE in first.annotations:
             g.min_available = whole_number(
                 first.annotations[keys.MIN_AVAILABLE], f"pod {first.key}: {keys.MIN_AVAILABLE}"
@@ -238,13 +230,23 @@ def _native(g: Group, spec: native.NativeSpec, have: int) -> None:
     g.topology = spec.topology
     g.priority = spec.priority
     g.preempt_whole = spec.preempt_whole
-    if spec.gang and spec.min_count > have:
-        g.missing = spec.min_count - have
-        ran = f", {g.ran} more ended" if g.ran else ""
-        g.waiting = (
-            f"{kind}: waiting for {_pods(g.missing)}: minCount {spec.min_count} exceeds the "
-            f"{len(g.pods)} pod(s) that belong to it so far{ran}"
-        )
+    if spec.gang and g.min_available > have:
+        _below_minimum(g, kind, have)
+
+
+def _below_minimum(g: Group, kind: str, have: int) -> None:
+    """The gang's minimum exceeds the pods that belong to it so far (`have`: with the members that
+    ran): it waits for the rest, and says its minimum as its user wrote it (`minimum_said`)."""
+    ran = f", {g.ran} more ended" if g.ran else ""
+    why = f"{g.minimum_said} exceeds the {len(g.pods)} pod(s) that belong to it so far{ran}"
+    wait_for_pods(g, kind, g.min_available - have, why)
+
+
+def wait_for_pods(g: Group, who: str, missing: int, why: str) -> None:
+    """The gang waits for `missing` more pods to be made (a controller is still making them, or its
+    minimum is wrong): one reason for all its pods, said alike for every kind of group."""
+    g.missing = missing
+    g.waiting = f"{who}: waiting for {more_pods(missing)}: {why}"
 
 
 def _assign(g: Group, kind: str) -> None:
@@ -268,7 +270,7 @@ def _short(g: Group, kind: str) -> None:
     ]
     if short:
         g.missing = sum(k for _, k in short)
-        what = ", ".join(f"{_pods(k)} in subgroup {name}" for name, k in short)
+        what = ", ".join(f"{more_pods(k)} in subgroup {name}" for name, k in short)
         g.waiting = f"{kind}: waiting for {what}"
 
 
@@ -320,7 +322,8 @@ def _by_workload(groups: list[Group]) -> list[Group]:
     return out
 
 
-def _pods(k: int) -> str:
+def more_pods(k: int) -> str:
+    """`1 more pod`, `3 more pods`: how many pods a gang still waits for."""
     return f"{k} more pod" + ("s" if k != 1 else "")
 
 
@@ -427,12 +430,10 @@ _warned: set[tuple[str, str]] = set()  # bad last-checkpoint values already logg
 
 
 def _instant(text: str) -> float | None:
-    """RFC 3339 time ("2026-12-01T10:00:00Z", an offset required) -> epoch seconds; None if not one."""
-    try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return t.timestamp() if t.tzinfo is not None else None
+    """A user-written RFC 3339 time ("2026-12-01T10:00:00Z", an offset required) -> epoch seconds;
+    None if not one. Written by hand or by a training script, it may carry spaces around it and
+    a lower-case `z`, which RFC 3339 allows."""
+    return rfc3339(text.strip().replace("z", "+00:00"), offset_required=True)
 
 
 def _seconds(text: str | None, where: str) -> float | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from phalanx.k8s.read.native import is_native
+from phalanx.k8s.read.native import gang_minimum
 from phalanx.k8s.read.world import World
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")
@@ -85,13 +85,8 @@ def gang_status(world: World, name: str, bound_now: Collection[str] = ()) -> Gan
         pg = world.pod_groups.get(name)
         if pg is None:
             return None
-        spec = pg.get("spec") or {}
-        raw = (  # Kubernetes' own PodGroup: its gang policy's minCount
-            ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount", 1)
-            if is_native(pg)
-            else spec.get("minMember", 1)
-        )
-        try:
+        _, raw = gang_minimum(pg)
+        try:  # a gang with no pods is only shown: a minimum that does not read shows as 1
             min_member = max(1, int(raw))
         except (TypeError, ValueError):
             min_member = 1

@@ -46,6 +46,23 @@ class NativeSpec:
     problems: list[str] = field(default_factory=list)
 
 
+def gang_minimum(pg: dict[str, Any]) -> tuple[str, Any]:
+    """Where a PodGroup keeps its gang's minimum, and what it says there (1 when it says nothing):
+    Kubernetes' own PodGroup in its gang policy's `minCount`, ours, KAI's, Volcano's and
+    scheduler-plugins' in `spec.minMember`. The raw JSON value: each reader checks it its own way."""
+    spec = pg.get("spec") or {}
+    if is_native(pg):
+        gang = (spec.get("schedulingPolicy") or {}).get("gang") or {}
+        return "spec.schedulingPolicy.gang.minCount", gang.get("minCount", 1)
+    return "spec.minMember", spec.get("minMember", 1)
+
+
+def min_member(pg: dict[str, Any], kind: str) -> int:
+    """The PodGroup's gang minimum, a whole number >= 1; raises SpecError naming `kind` and the field."""
+    where, raw = gang_minimum(pg)
+    return whole_number(raw, f"{kind}: {where}", 1)
+
+
 def level_of(key: str, levels: tuple[tuple[str, str], ...], where: str) -> str:
     """A node label key (`topology.kubernetes.io/zone`) -> our level (`zone`); the level's own
     name is accepted too."""
@@ -66,10 +83,7 @@ def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> Native
     out = NativeSpec()
     policy = spec.get("schedulingPolicy") or {}
     if "gang" in policy:
-        gang = policy.get("gang") or {}
-        out.min_count = whole_number(
-            gang.get("minCount", 1), f"{kind}: spec.schedulingPolicy.gang.minCount", 1
-        )
+        out.min_count = min_member(pg, kind)
     elif "basic" in policy:
         out.gang = False
     else:

@@ -9,17 +9,18 @@ a share of each of N GPUs; `nvidia.com/mig-<profile>: 1` a MIG slice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.errors import SpecError
 from phalanx.core.model import MAX_DEVICES, MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.spec.affinity import node_selector_terms
 from phalanx.spec.datasets import pod_dataset
 from phalanx.spec.quantity import cpu_milli, memory_mib, whole_number
+from phalanx.spec.times import rfc3339
 
 DONE_PHASES = ("Succeeded", "Failed")
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -59,13 +60,12 @@ class PodInfo:
 
 
 def timestamp(value: object) -> float:
-    """RFC 3339 time -> epoch seconds (0 when absent or malformed)."""
+    """An object's RFC 3339 time (creationTimestamp, startTime, a Lease's renewTime) -> epoch
+    seconds; 0 when absent or malformed, which every reader takes as "not said"."""
     if not value:
         return 0.0
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    t = rfc3339(str(value))
+    return 0.0 if t is None else t
 
 
 def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
@@ -81,7 +81,7 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         if ref.get("controller"):
             owner = (str(ref.get("kind", "")), str(ref.get("name", "")))
     info = PodInfo(
-        key=f"{ns}/{name}",
+        key=object_key(obj, "default"),
         namespace=ns,
         name=name,
         uid=str(meta.get("uid", "")),

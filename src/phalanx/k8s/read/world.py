@@ -15,9 +15,9 @@ from functools import partial
 from typing import Any
 
 from phalanx.core.decisions import Bind
-from phalanx.core.model import MILLI, GpuRequest, Node, Workload
+from phalanx.core.model import GpuRequest, Node, Workload
 from phalanx.core.queues import QueueTree
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.snapshot import Snapshot, gpu_seconds
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
@@ -241,10 +241,7 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
         p = b.contain("Pod", obj, partial(b.memo.pod, obj, b.cfg))
         if p is None:
             if mapping(obj.get("spec")).get("schedulerName") == b.cfg.scheduler_name:
-                meta = obj.get("metadata") or {}
-                w.pod_problems[f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"] = (
-                    b.contain.problems[label("Pod", obj)]
-                )
+                w.pod_problems[object_key(obj, "default")] = b.contain.problems[label("Pod", obj)]
             else:  # not ours: nobody to tell, and it still runs where it runs
                 b.contain.problems.pop(label("Pod", obj), None)
             continue
@@ -257,9 +254,8 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
 
 def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
     for pg in pod_groups:
-        meta = pg.get("metadata") or {}
-        gid = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        if gid not in w.pod_groups or str(pg.get("apiVersion", "")).startswith(keys.GROUP):
+        gid = object_key(pg, "default")
+        if gid not in w.pod_groups or keys.is_ours(pg):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
 
 
@@ -411,7 +407,7 @@ def _served(snap: Snapshot, now: float) -> None:
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())
         entry.executed = max(0.0, now - since)
-        entry.attained = entry.gpu_milli / MILLI * entry.executed
+        entry.attained = gpu_seconds(entry.gpu_milli, entry.executed)
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:

@@ -17,6 +17,7 @@ from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s.act.explain import describe
+from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.world import World
@@ -76,7 +77,7 @@ def compare(cap: Capture, cfg: AdapterConfig, profile: Profile, now: float | Non
     now = cap.time if now is None else now
     world = cap.gathered(cfg).world(cfg, now)
     pods = {
-        f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p
+        object_key(p): p
         for p in cap.items("pods")
         if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == cfg.scheduler_name
     }

@@ -24,11 +24,11 @@ import numpy as np
 
 from phalanx.core.decisions import CycleResult
 from phalanx.core.model import MILLI
-from phalanx.core.queues import GPU, fair_shares
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.read.lifecycle import gang_status
 from phalanx.k8s.read.world import World
+from phalanx.k8s.view.holders import Holders, gpu_holders
 
 log = logging.getLogger("phalanx.k8s")
 WANTED_FOR_S = 60.0
@@ -164,7 +164,7 @@ def build(
     `kind/name`; built from the world and the cycle's result alone."""
     s = world.snapshot
     details: dict[str, dict[str, Any]] = {}
-    nodes, pools = _nodes(world, _holders(s), pool_label, details)
+    nodes, pools = _nodes(world, gpu_holders(s), pool_label, details)
     queues = _queues(world, details)
     reasons = _reasons(world, result)
     pending = _pending(world, reasons, insight)
@@ -190,23 +190,6 @@ def build(
     return state, details
 
 
-Holders = dict[tuple[int, int], list[dict[str, Any]]]  # (node index, GPU index) -> who holds it
-
-
-def _holders(s: Snapshot) -> Holders:
-    holders: Holders = {}
-    for a in s.allocations.values():
-        d = a.devices
-        for j in d.gpus:
-            h: dict[str, Any] = {"pod": a.task.name, "workload": a.task.workload}
-            if d.mig is not None:
-                h["mig"] = f"{d.mig.profile}@{d.mig.start}"
-            elif d.milli < 1000:
-                h["share"] = d.milli / 1000
-            holders.setdefault((a.node, j), []).append(h)
-    return holders
-
-
 def _nodes(
     world: World, holders: Holders, pool_label: str, details: dict[str, dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
@@ -226,7 +209,7 @@ def _nodes(
             else:
                 share = round(1 - float(c.gpu_milli_free[i, j]) / MILLI, 3)
             used.append(share)
-            hs = holders.get((i, j), [])
+            hs = [h.as_json() for h in holders.get((i, j), [])]
             if share > 0 and not hs:
                 hs = [{"other": "another scheduler's pod"}]
             gpus.append(
@@ -264,12 +247,7 @@ def _queues(world: World, details: dict[str, dict[str, Any]]) -> list[dict[str, 
     queues: list[dict[str, Any]] = []
     if world.tree is None:
         return queues
-    demand = {
-        q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-        for q in world.tree.queues
-        if world.tree.is_leaf(q)
-    }
-    fair = fair_shares(world.tree, s.capacity_vector(), demand)
+    fair = s.fair_shares(world.tree)
     for name, q in world.tree.queues.items():
         row = {
             "name": name,

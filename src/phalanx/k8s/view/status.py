@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from phalanx.core.queues import GPU, fair_shares
+from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
@@ -24,6 +25,7 @@ from phalanx.k8s.read.lifecycle import gang_names, gang_status
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import read
 from phalanx.k8s.view.board import Board
+from phalanx.k8s.view.holders import gpu_holders
 from phalanx.profiles import load_profile
 
 log = logging.getLogger("phalanx.k8s")
@@ -38,8 +40,8 @@ class Status:
     problems: list[str] = field(default_factory=list)
 
 
-def collect(api: Api, cfg: AdapterConfig) -> Status:
-    return summarize(world_now(api, cfg), cfg)
+def collect(api: Api, cfg: AdapterConfig, clock: Callable[[], float] = time.time) -> Status:
+    return summarize(world_now(api, cfg), cfg, clock)
 
 
 def world_now(api: Api, cfg: AdapterConfig) -> World:
@@ -56,17 +58,25 @@ def world_now(api: Api, cfg: AdapterConfig) -> World:
     return world
 
 
-def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: threading.Event) -> None:
+def follow(
+    api: Api,
+    cfg: AdapterConfig,
+    board: Board,
+    interval: float,
+    stop: threading.Event,
+    clock: Callable[[], float] = time.time,
+) -> None:
     """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only.
 
     Each round runs the cycle the scheduler would run (on a copy of the world, nothing is written)
-    so that waiting workloads show the reasons and forecasts the scheduler would give.
+    so that waiting workloads show the reasons and forecasts the scheduler would give. `clock`: the
+    cycle's time, injected as the scheduler's is (tests and replays pass their own).
     """
     prof = load_profile(cfg.profile)
     while not stop.is_set():
         try:
             world = world_now(api, cfg)
-            now = time.time()
+            now = clock()
             decision = decide(world, prof, now)
             board.update(world, decision.result, decision.foresee().texts, now)
         except Exception:  # an API hiccup: show the last state and try again
@@ -74,16 +84,12 @@ def follow(api: Api, cfg: AdapterConfig, board: Board, interval: float, stop: th
         stop.wait(interval)
 
 
-def summarize(world: World, cfg: AdapterConfig) -> Status:
+def summarize(world: World, cfg: AdapterConfig, clock: Callable[[], float] = time.time) -> Status:
+    """The tables of `phalanx status` for `world`, with the cycle the scheduler would run at `clock()`."""
     out = Status()
     s = world.snapshot
     if world.tree is not None:
-        demand = {
-            q: s.queue_usage.get(q, np.zeros(3)) + np.maximum(s.queue_pending.get(q, np.zeros(3)), 0)
-            for q in world.tree.queues
-            if world.tree.is_leaf(q)
-        }
-        fair = fair_shares(world.tree, s.capacity_vector(), demand)
+        fair = s.fair_shares(world.tree)
         for name in world.tree.queues:
             out.queues.append(
                 {
@@ -94,17 +100,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "fair_gpu": fair.get(name, np.zeros(3))[GPU] / 1000,
                 }
             )
-    holders: dict[tuple[int, int], list[str]] = {}
-    for a in s.allocations.values():
-        d = a.devices
-        for j in d.gpus:
-            if d.mig is not None:
-                what = f"{a.task.name} (MIG {d.mig.profile}@{d.mig.start})"
-            elif d.milli < 1000:
-                what = f"{a.task.name} ({d.milli / 1000:g})"
-            else:
-                what = a.task.name
-            holders.setdefault((a.node, j), []).append(what)
+    holders = gpu_holders(s)
     c = s.cluster
     for i, n in enumerate(s.nodes):
         for j, g in enumerate(n.gpus):
@@ -114,7 +110,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
                     "gpu": g.index,
                     "model": g.model + (" MIG" if g.mig_enabled else ""),
                     "free": f"{c.gpu_milli_free[i, j] / 1000:g}" if not g.mig_enabled else "-",
-                    "held_by": ", ".join(holders.get((i, j), [])) or "-",
+                    "held_by": ", ".join(h.label() for h in holders.get((i, j), [])) or "-",
                 }
             )
     for name in gang_names(world):
@@ -123,7 +119,7 @@ def summarize(world: World, cfg: AdapterConfig) -> Status:
             out.gangs.append({"workload": name, "phase": st.phase, "members": st.text})
     # the cycle the scheduler would run now, kept so that the forecast starts from what it would do
     # (the tables above show the cluster as it is)
-    now = time.time()
+    now = clock()
     decision = decide(world, load_profile(cfg.profile), now)
     insight = decision.foresee().texts
     for p in decision.result.pending:
