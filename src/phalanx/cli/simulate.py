@@ -179,27 +179,32 @@ def simulate(
             pods = openb.load_pods(_data("openb-slice-pods.csv"))
             fgd_exps.append(
                 FgdExperiment(
-                    "openb-slice", nodes, pods, _profiles(profiles, DEFAULT_FGD_PROFILES), seeds, tune
+                    name="openb-slice",
+                    nodes=nodes,
+                    pods=pods,
+                    profiles=_profiles(profiles, DEFAULT_FGD_PROFILES),
+                    seeds=seeds,
+                    tune=tune,
                 )
             )
             rnodes, levels = embedded_replay_cluster()
             jobs = tiresias.load_jobs(_data("tiresias-60job.csv"))
             rep_exps.append(
                 ReplayExperiment(
-                    "tiresias-60job",
-                    rnodes,
-                    _speed(jobs, load),
-                    _profiles(profiles, DEFAULT_REPLAY_PROFILES),
-                    levels,
-                    {},
-                    rt,
-                    seeds[0],
-                    cycle_interval,
-                    _outages(outages, rnodes),
-                    None,
-                    checkpoint_interval,
-                    half_life,
-                    eta_every,
+                    name="tiresias-60job",
+                    nodes=rnodes,
+                    jobs=_speed(jobs, load),
+                    profiles=_profiles(profiles, DEFAULT_REPLAY_PROFILES),
+                    topology_levels=levels,
+                    datasets={},
+                    runtime=rt,
+                    seed=seeds[0],
+                    cycle_interval=cycle_interval,
+                    outages=_outages(outages, rnodes),
+                    queues=None,
+                    checkpoint_interval=checkpoint_interval,
+                    half_life=half_life,
+                    eta_every=eta_every,
                 )
             )
         else:
@@ -212,13 +217,13 @@ def simulate(
                 full = cluster is None or cluster.name == "openb_node_list_gpu_node.csv"
                 fgd_exps.append(
                     FgdExperiment(
-                        workload_name(trace),
-                        cl.nodes,
-                        pods,
-                        _profiles(profiles, DEFAULT_FGD_PROFILES),
-                        seeds,
-                        tune,
-                        ref if full else None,
+                        name=workload_name(trace),
+                        nodes=cl.nodes,
+                        pods=pods,
+                        profiles=_profiles(profiles, DEFAULT_FGD_PROFILES),
+                        seeds=seeds,
+                        tune=tune,
+                        reference=ref if full else None,
                     )
                 )
             else:
@@ -227,20 +232,20 @@ def simulate(
                 for mode in modes:
                     rep_exps.append(
                         ReplayExperiment(
-                            trace.stem + (f" (data cache: {mode})" if mode else ""),
-                            cl.nodes,
-                            _speed(jobs, load),
-                            _profiles(profiles, default),
-                            cl.levels,
-                            cl.datasets,
-                            rt,
-                            seeds[0],
-                            cycle_interval,
-                            _outages(outages, cl.nodes),
-                            cl.queues,
-                            checkpoint_interval,
-                            half_life,
-                            eta_every,
+                            name=trace.stem + (f" (data cache: {mode})" if mode else ""),
+                            nodes=cl.nodes,
+                            jobs=_speed(jobs, load),
+                            profiles=_profiles(profiles, default),
+                            topology_levels=cl.levels,
+                            datasets=cl.datasets,
+                            runtime=rt,
+                            seed=seeds[0],
+                            cycle_interval=cycle_interval,
+                            outages=_outages(outages, cl.nodes),
+                            queues=cl.queues,
+                            checkpoint_interval=checkpoint_interval,
+                            half_life=half_life,
+                            eta_every=eta_every,
                             data_cache=mode,
                         )
                     )
