@@ -1,7 +1,10 @@
 """The commands' options as `Annotated` aliases: one declaration (flags, type, help) per option.
 
-The long option list of `simulate` lives here, so that the command's body reads as what it
-does. Defaults stay in the command's signature (`trace: opt.Trace = None`): they are part of it.
+An option that several commands take (a kubeconfig, the scheduler name, the node's name) is
+declared once here, so its help reads the same everywhere; the long option lists of `simulate`
+and `scheduler` live here too, so that each command's body reads as what it does. Defaults stay
+in each command's signature (`kubeconfig: opt.Kubeconfig = None`): they are part of the command.
+typer copies an option's declaration for each command that uses it, so sharing one is safe.
 """
 
 from __future__ import annotations
@@ -11,7 +14,23 @@ from typing import Annotated
 
 import typer
 
+from phalanx.k8s.config import DEFAULT_LEVELS
 from phalanx.sim.clusters import builtin_names
+
+# ------------------------------------------------------------------ shared by several commands
+
+Kubeconfig = Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")]
+InCluster = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")]
+SchedulerName = Annotated[str, typer.Option(help="Pods with this spec.schedulerName are ours.")]
+LEVELS_HELP = (
+    "Topology levels, outermost first: level=node-label,... (default: "
+    + ",".join(f"{a}={b}" for a, b in DEFAULT_LEVELS)
+    + ")"
+)
+TopologyLevels = Annotated[str | None, typer.Option(help=LEVELS_HELP)]
+NodeName = Annotated[str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")]
+SysRoot = Annotated[Path, typer.Option(help="Where sysfs is mounted.")]
+NvmlModule = Annotated[str, typer.Option(help="NVML binding to import.")]
 
 # ------------------------------------------------------------------ phalanx simulate
 
@@ -89,4 +108,85 @@ CapturedSchedulerName = Annotated[
 ]
 DefaultRuntime = Annotated[
     float, typer.Option(help="With --capture: seconds a workload without a run-time estimate runs.")
+]
+
+# ------------------------------------------------------------------ phalanx scheduler
+
+SchedulerProfile = Annotated[str, typer.Option(help="Built-in profile name or profile YAML.")]
+LeaseNamespace = Annotated[
+    str,
+    typer.Option(
+        "--lease-namespace",
+        "--namespace",
+        help="Namespace of the leader-election Lease (created if missing and RBAC allows).",
+    ),
+]
+LeaderElect = Annotated[
+    bool,
+    typer.Option(help="Elect a leader through a Lease; --no-leader-elect for a single replica."),
+]
+LeaseDuration = Annotated[
+    int, typer.Option(help="Seconds without a renewal after which another replica takes over.")
+]
+CycleSeconds = Annotated[float, typer.Option(help="Seconds between cycles (sooner on changes).")]
+MetricsPort = Annotated[int, typer.Option(help="Port of /metrics, /healthz and /readyz (0: any free port).")]
+Identity = Annotated[str | None, typer.Option(help="Leader-election identity (default: host name).")]
+BindWorkers = Annotated[int, typer.Option(help="Gangs bound at the same time.")]
+GpuShares = Annotated[
+    str,
+    typer.Option(
+        help="How GPU shares reach containers: 'off' (annotations only) or 'reservation' "
+        "(reservation pods on the stock NVIDIA device plugin; needs `phalanx webhook`)."
+    ),
+]
+ReservationNamespace = Annotated[str, typer.Option(help="Namespace of the GPU reservation pods.")]
+ReservationImage = Annotated[
+    str, typer.Option(help="Image of the reservation pods (runs `phalanx node reserve`).")
+]
+ReservationPod = Annotated[
+    Path | None,
+    typer.Option(
+        help="YAML file of what to add to the reservation pods: runtimeClassName (e.g. nvidia, "
+        "where the NVIDIA runtime is not the default), env, volumes, volumeMounts."
+    ),
+]
+Kueue = Annotated[
+    str,
+    typer.Option(
+        help="Kueue users: 'auto' (coexist when a Kueue controller runs), 'coexist' (Kueue admits, "
+        "Phalanx places), 'migrate' (Phalanx enforces the ClusterQueues) or 'off'."
+    ),
+]
+ShareLimitEnv = Annotated[
+    bool,
+    typer.Option(
+        "--share-limit-env",
+        help="Also give shares HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT.",
+    ),
+]
+InsecureMetrics = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-metrics",
+        help="Serve /metrics and the dashboard over plain HTTP to anyone (a trusted network only). "
+        "Default: HTTPS, and only to callers the API server authenticates and authorizes.",
+    ),
+]
+TlsCertFile = Annotated[
+    Path | None,
+    typer.Option(help="Serving certificate (PEM) of the HTTPS port (default: a self-made one)."),
+]
+TlsPrivateKeyFile = Annotated[Path | None, typer.Option(help="Private key (PEM) of --tls-cert-file.")]
+BindAddress = Annotated[str, typer.Option(help="Address the HTTP(S) port listens on.")]
+Shadow = Annotated[
+    bool,
+    typer.Option(
+        "--shadow",
+        help="Shadow mode: decide for the pods of --shadow-scheduler-name, bind and evict nothing, "
+        "count where Phalanx agrees with that scheduler (phalanx_shadow_decisions_total). "
+        "Reads only: no Lease, no Events, no status.",
+    ),
+]
+ShadowSchedulerName = Annotated[
+    str, typer.Option(help="With --shadow: the scheduler watched (its pods' spec.schedulerName).")
 ]
