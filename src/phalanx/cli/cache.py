@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.cli.node import _client
 from phalanx.core.errors import SpecError
@@ -22,11 +23,9 @@ def cache(
         Path, typer.Option(help="The cache folder on the node's NVMe (hostPath in the DaemonSet).")
     ],
     capacity: Annotated[str, typer.Option(help="Bytes the cache may hold, e.g. 3Ti.")],
-    node_name: Annotated[
-        str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
-    ] = "",
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    node_name: opt.NodeName = "",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
     workers: Annotated[int, typer.Option(min=1, max=256, help="Files fetched in parallel.")] = 16,
     checksum: Annotated[
         bool, typer.Option("--checksum", help="Also hash every file whose ETag is an MD5 (costs CPU).")

@@ -10,8 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
-from phalanx.cli.kube import LEVELS_HELP, _connect
+from phalanx.cli.kube import _connect
+from phalanx.cli.options import LEVELS_HELP
 from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, parse_levels
@@ -25,8 +27,8 @@ def capture(
     out: Annotated[Path, typer.Option("--out", "-o", help="File to write (.json, or .json.gz).")] = Path(
         "phalanx-capture.json.gz"
     ),
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
     redact: Annotated[
         bool,
         typer.Option(

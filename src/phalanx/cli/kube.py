@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 from phalanx.k8s.act.shares import parse_reservation_extras
@@ -24,12 +25,6 @@ from phalanx.k8s.view.server import serve
 from phalanx.k8s.view.status import collect
 from phalanx.profiles import load_profile
 from phalanx.spec.common import load_yaml
-
-LEVELS_HELP = (
-    "Topology levels, outermost first: level=node-label,... (default: "
-    + ",".join(f"{a}={b}" for a, b in DEFAULT_LEVELS)
-    + ")"
-)
 
 
 def _connect(kubeconfig: Path | None, in_cluster: bool) -> Api:
@@ -44,98 +39,30 @@ def _connect(kubeconfig: Path | None, in_cluster: bool) -> Api:
 
 
 def scheduler(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    scheduler_name: Annotated[
-        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
-    ] = "phalanx",
-    profile: Annotated[str, typer.Option(help="Built-in profile name or profile YAML.")] = "phalanx-queues",
-    topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
-    lease_namespace: Annotated[
-        str,
-        typer.Option(
-            "--lease-namespace",
-            "--namespace",
-            help="Namespace of the leader-election Lease (created if missing and RBAC allows).",
-        ),
-    ] = "phalanx-system",
-    leader_elect: Annotated[
-        bool,
-        typer.Option(help="Elect a leader through a Lease; --no-leader-elect for a single replica."),
-    ] = True,
-    lease_duration: Annotated[
-        int, typer.Option(help="Seconds without a renewal after which another replica takes over.")
-    ] = 15,
-    cycle_seconds: Annotated[float, typer.Option(help="Seconds between cycles (sooner on changes).")] = 1.0,
-    port: Annotated[
-        int, typer.Option(help="Port of /metrics, /healthz and /readyz (0: any free port).")
-    ] = 8080,
-    identity: Annotated[
-        str | None, typer.Option(help="Leader-election identity (default: host name).")
-    ] = None,
-    bind_workers: Annotated[int, typer.Option(help="Gangs bound at the same time.")] = 48,
-    gpu_shares: Annotated[
-        str,
-        typer.Option(
-            help="How GPU shares reach containers: 'off' (annotations only) or 'reservation' "
-            "(reservation pods on the stock NVIDIA device plugin; needs `phalanx webhook`)."
-        ),
-    ] = "off",
-    reservation_namespace: Annotated[
-        str, typer.Option(help="Namespace of the GPU reservation pods.")
-    ] = "phalanx-system",
-    reservation_image: Annotated[
-        str, typer.Option(help="Image of the reservation pods (runs `phalanx node reserve`).")
-    ] = "phalanx:0.1.0",
-    reservation_pod: Annotated[
-        Path | None,
-        typer.Option(
-            help="YAML file of what to add to the reservation pods: runtimeClassName (e.g. nvidia, "
-            "where the NVIDIA runtime is not the default), env, volumes, volumeMounts."
-        ),
-    ] = None,
-    kueue: Annotated[
-        str,
-        typer.Option(
-            help="Kueue users: 'auto' (coexist when a Kueue controller runs), 'coexist' (Kueue admits, "
-            "Phalanx places), 'migrate' (Phalanx enforces the ClusterQueues) or 'off'."
-        ),
-    ] = "auto",
-    share_limit_env: Annotated[
-        bool,
-        typer.Option(
-            "--share-limit-env",
-            help="Also give shares HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT.",
-        ),
-    ] = False,
-    insecure_metrics: Annotated[
-        bool,
-        typer.Option(
-            "--insecure-metrics",
-            help="Serve /metrics and the dashboard over plain HTTP to anyone (a trusted network only). "
-            "Default: HTTPS, and only to callers the API server authenticates and authorizes.",
-        ),
-    ] = False,
-    tls_cert_file: Annotated[
-        Path | None,
-        typer.Option(help="Serving certificate (PEM) of the HTTPS port (default: a self-made one)."),
-    ] = None,
-    tls_private_key_file: Annotated[
-        Path | None, typer.Option(help="Private key (PEM) of --tls-cert-file.")
-    ] = None,
-    bind_address: Annotated[str, typer.Option(help="Address the HTTP(S) port listens on.")] = "0.0.0.0",
-    shadow: Annotated[
-        bool,
-        typer.Option(
-            "--shadow",
-            help="Shadow mode: decide for the pods of --shadow-scheduler-name, bind and evict nothing, "
-            "count where Phalanx agrees with that scheduler (phalanx_shadow_decisions_total). "
-            "Reads only: no Lease, no Events, no status.",
-        ),
-    ] = False,
-    shadow_scheduler_name: Annotated[
-        str, typer.Option(help="With --shadow: the scheduler watched (its pods' spec.schedulerName).")
-    ] = "default-scheduler",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    scheduler_name: opt.SchedulerName = "phalanx",
+    profile: opt.SchedulerProfile = "phalanx-queues",
+    topology_levels: opt.TopologyLevels = None,
+    lease_namespace: opt.LeaseNamespace = "phalanx-system",
+    leader_elect: opt.LeaderElect = True,
+    lease_duration: opt.LeaseDuration = 15,
+    cycle_seconds: opt.CycleSeconds = 1.0,
+    port: opt.MetricsPort = 8080,
+    identity: opt.Identity = None,
+    bind_workers: opt.BindWorkers = 48,
+    gpu_shares: opt.GpuShares = "off",
+    reservation_namespace: opt.ReservationNamespace = "phalanx-system",
+    reservation_image: opt.ReservationImage = "phalanx:0.1.0",
+    reservation_pod: opt.ReservationPod = None,
+    kueue: opt.Kueue = "auto",
+    share_limit_env: opt.ShareLimitEnv = False,
+    insecure_metrics: opt.InsecureMetrics = False,
+    tls_cert_file: opt.TlsCertFile = None,
+    tls_private_key_file: opt.TlsPrivateKeyFile = None,
+    bind_address: opt.BindAddress = "0.0.0.0",
+    shadow: opt.Shadow = False,
+    shadow_scheduler_name: opt.ShadowSchedulerName = "default-scheduler",
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain.
 
@@ -143,24 +70,10 @@ def scheduler(
     authenticates (TokenReview) and authorizes for that URL (SubjectAccessReview), over HTTPS."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
+    tls_files = (tls_cert_file, tls_private_key_file)
     with user_errors():
-        if cycle_seconds <= 0:
-            raise SpecError("--cycle-seconds", f"must be > 0, got {cycle_seconds}")
-        if lease_duration < 1:
-            raise SpecError("--lease-duration", f"must be >= 1 second, got {lease_duration}")
-        if bind_workers < 1:
-            raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
-        if kueue not in ("auto", "coexist", "migrate", "off"):
-            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
-        if gpu_shares not in ("off", "reservation"):
-            raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
-        if (tls_cert_file is None) != (tls_private_key_file is None):
-            raise SpecError("--tls-cert-file", "give --tls-cert-file and --tls-private-key-file together")
-        if insecure_metrics and tls_cert_file is not None:
-            raise SpecError("--insecure-metrics", "serves plain HTTP: drop --tls-cert-file, or this flag")
-        for f in (tls_cert_file, tls_private_key_file):
-            if f is not None and not f.is_file():
-                raise SpecError("--tls-cert-file", f"cannot read file {f}")
+        _check_scheduler_options(cycle_seconds, lease_duration, bind_workers, kueue, gpu_shares)
+        _check_tls_options(tls_files, insecure_metrics)
         extras = ReservationPodExtras()
         if reservation_pod is not None:
             where = f"--reservation-pod {reservation_pod}"
@@ -189,11 +102,56 @@ def scheduler(
         from phalanx.cli.shadow import run_shadow
 
         watched = replace(cfg, scheduler_name=shadow_scheduler_name, leader_elect=False)
-        run_shadow(
-            api, watched, prof, port, insecure_metrics, (tls_cert_file, tls_private_key_file), bind_address
-        )
+        run_shadow(api, watched, prof, port, insecure_metrics, tls_files, bind_address)
         return
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
+    _serve_endpoints(s, api, port, insecure_metrics, tls_files, bind_address)
+    _run_until_stopped(s)
+
+
+def _check_kueue(kueue: str) -> None:
+    """scheduler, status and dashboard take the same Kueue modes, and say so alike."""
+    if kueue not in ("auto", "coexist", "migrate", "off"):
+        raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
+
+
+def _check_scheduler_options(
+    cycle_seconds: float, lease_duration: int, bind_workers: int, kueue: str, gpu_shares: str
+) -> None:
+    """Refuse values the loop would only trip over once it runs, each named by its flag."""
+    if cycle_seconds <= 0:
+        raise SpecError("--cycle-seconds", f"must be > 0, got {cycle_seconds}")
+    if lease_duration < 1:
+        raise SpecError("--lease-duration", f"must be >= 1 second, got {lease_duration}")
+    if bind_workers < 1:
+        raise SpecError("--bind-workers", f"must be >= 1, got {bind_workers}")
+    _check_kueue(kueue)
+    if gpu_shares not in ("off", "reservation"):
+        raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
+
+
+def _check_tls_options(tls_files: tuple[Path | None, Path | None], insecure_metrics: bool) -> None:
+    """A certificate comes with its key, never with --insecure-metrics, and both can be read."""
+    tls_cert_file, tls_private_key_file = tls_files
+    if (tls_cert_file is None) != (tls_private_key_file is None):
+        raise SpecError("--tls-cert-file", "give --tls-cert-file and --tls-private-key-file together")
+    if insecure_metrics and tls_cert_file is not None:
+        raise SpecError("--insecure-metrics", "serves plain HTTP: drop --tls-cert-file, or this flag")
+    for f in tls_files:
+        if f is not None and not f.is_file():
+            raise SpecError("--tls-cert-file", f"cannot read file {f}")
+
+
+def _serve_endpoints(
+    s: Scheduler,
+    api: Api,
+    port: int,
+    insecure_metrics: bool,
+    tls_files: tuple[Path | None, Path | None],
+    bind_address: str,
+) -> None:
+    """/metrics, /healthz, /readyz and the dashboard on a daemon thread: HTTPS to callers the API
+    server authenticates and authorizes, or plain HTTP to anyone with --insecure-metrics."""
     log = logging.getLogger("phalanx.k8s")
     if insecure_metrics:
         server = serve(port, s.metrics, s.ready, s.board, address=bind_address)
@@ -203,22 +161,27 @@ def scheduler(
             bind_address,
             server.server_port,
         )
-    else:
-        with user_errors():
-            try:
-                tls = tls_context(
-                    tls_cert_file, tls_private_key_file, (socket.gethostname(), "localhost", "127.0.0.1")
-                )
-            except (OSError, ValueError) as e:
-                raise SpecError("--tls-cert-file", f"cannot load the certificate: {e}") from None
-        server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
-        log.info(
-            "serving https://%s:%d: /healthz and /readyz open; /metrics and /dashboard/ to callers "
-            "the API server authenticates and authorizes (%s certificate)",
-            bind_address,
-            server.server_port,
-            "given" if tls_cert_file else "self-made",
-        )
+        return
+    tls_cert_file, tls_private_key_file = tls_files
+    with user_errors():
+        try:
+            tls = tls_context(
+                tls_cert_file, tls_private_key_file, (socket.gethostname(), "localhost", "127.0.0.1")
+            )
+        except (OSError, ValueError) as e:
+            raise SpecError("--tls-cert-file", f"cannot load the certificate: {e}") from None
+    server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
+    log.info(
+        "serving https://%s:%d: /healthz and /readyz open; /metrics and /dashboard/ to callers "
+        "the API server authenticates and authorizes (%s certificate)",
+        bind_address,
+        server.server_port,
+        "given" if tls_cert_file else "self-made",
+    )
+
+
+def _run_until_stopped(s: Scheduler) -> None:
+    """The loop until SIGTERM or Ctrl-C; a Lease namespace that is missing is the user's to fix."""
     signal.signal(signal.SIGTERM, lambda *_: s.stop())
     s.start()
     try:
@@ -234,15 +197,13 @@ def scheduler(
 
 
 def status(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    scheduler_name: Annotated[
-        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
-    ] = "phalanx",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    scheduler_name: opt.SchedulerName = "phalanx",
     profile: Annotated[
         str, typer.Option(help="Profile the scheduler runs (for the reasons).")
     ] = "phalanx-queues",
-    topology_levels: Annotated[str | None, typer.Option(help=LEVELS_HELP)] = None,
+    topology_levels: opt.TopologyLevels = None,
     kueue: Annotated[
         str, typer.Option(help="Kueue mode the scheduler runs with (see `scheduler --help`).")
     ] = "auto",
@@ -272,8 +233,7 @@ def status(
         status_shadow(shadow, token, not insecure_skip_tls_verify)
         return
     with user_errors():
-        if kueue not in ("auto", "coexist", "migrate", "off"):
-            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
+        _check_kueue(kueue)
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
@@ -344,11 +304,9 @@ def demo() -> None:
 
 
 def dashboard(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    scheduler_name: Annotated[
-        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
-    ] = "phalanx",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    scheduler_name: opt.SchedulerName = "phalanx",
     profile: Annotated[
         str, typer.Option(help="Profile the scheduler runs (for reasons and forecasts).")
     ] = "phalanx-queues",
@@ -374,8 +332,7 @@ def dashboard(
     with user_errors():
         if interval <= 0:
             raise SpecError("--interval", f"must be > 0, got {interval}")
-        if kueue not in ("auto", "coexist", "migrate", "off"):
-            raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
+        _check_kueue(kueue)
         load_profile(profile)
         cfg = AdapterConfig(scheduler_name=scheduler_name, profile=profile, kueue=kueue)
         api = _connect(kubeconfig, in_cluster)

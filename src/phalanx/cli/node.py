@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.core.errors import SpecError
 
@@ -34,12 +35,10 @@ def _client(kubeconfig: Path | None, in_cluster: bool):  # type: ignore[no-untyp
 
 @node_app.command("discover")
 def discover(
-    node_name: Annotated[
-        str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
-    ] = "",
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    sys_root: Annotated[Path, typer.Option(help="Where sysfs is mounted.")] = Path("/sys"),
+    node_name: opt.NodeName = "",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    sys_root: opt.SysRoot = Path("/sys"),
     nvml_module: Annotated[
         str, typer.Option(help="NVML binding to import (pynvml from nvidia-ml-py).")
     ] = "pynvml",
@@ -71,9 +70,9 @@ def reserve(
     pod: Annotated[
         str, typer.Option(help="namespace/name of this pod (default: $POD_NAMESPACE/$POD_NAME).")
     ] = "",
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    nvml_module: Annotated[str, typer.Option(help="NVML binding to import.")] = "pynvml",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    nvml_module: opt.NvmlModule = "pynvml",
     once: Annotated[bool, typer.Option("--once", help="Report the GPU and exit (tests).")] = False,
 ) -> None:
     """Inside a GPU-reservation pod: report which GPU it holds, then hold it."""
@@ -94,16 +93,14 @@ def reserve(
 
 @node_app.command("device-plugin")
 def device_plugin(
-    node_name: Annotated[
-        str, typer.Option(help="This node's name (default: $NODE_NAME, else the host name).")
-    ] = "",
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
+    node_name: opt.NodeName = "",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
     socket_dir: Annotated[Path, typer.Option(help="Kubelet's device-plugin folder.")] = Path(
         "/var/lib/kubelet/device-plugins"
     ),
-    sys_root: Annotated[Path, typer.Option(help="Where sysfs is mounted.")] = Path("/sys"),
-    nvml_module: Annotated[str, typer.Option(help="NVML binding to import.")] = "pynvml",
+    sys_root: opt.SysRoot = Path("/sys"),
+    nvml_module: opt.NvmlModule = "pynvml",
 ) -> None:
     """Serve nvidia.com/gpu to kubelet, allocating the GPUs Phalanx chose for each pod."""
     from phalanx.node import nvml

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from importlib import resources, util
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Node
 from phalanx.profiles import load_profile
 from phalanx.sim.bench import parse_seeds, workload_name
-from phalanx.sim.clusters import builtin_names, tiresias_16xv100
+from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
 from phalanx.sim.jobs import JobSpec, never_fit
@@ -59,89 +60,31 @@ def _outages(path: Path | None, nodes: list[Node]) -> list[NodeOutage]:
 
 
 def simulate(
-    trace: Annotated[
-        Path | None,
-        typer.Option(
-            help="Trace file (openb pod list, Tiresias/Pollux/generic CSV, "
-            "Gavel .trace or folder, Synergy trace). Default: embedded."
-        ),
-    ] = None,
-    cluster: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="<file|name>",
-            help="Cluster: YAML, openb node CSV, Tiresias cluster_spec CSV, Synergy .ini, or a built-in "
-            f"cluster's name ({builtin_names()}).",
-        ),
-    ] = None,
-    profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to compare.")] = None,
-    seed: Annotated[
-        str,
-        typer.Option(
-            help="Seed, or seeds (42-44) for the FGD protocol (default: 42; the embedded example runs "
-            "42-51, ten seeds, as the FGD paper's comparison does)."
-        ),
-    ] = "",
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out"),
-    fmt: Annotated[
-        str | None, typer.Option("--format", help="Trace format when it cannot be detected.")
-    ] = None,
-    mapping: Annotated[
-        str | None, typer.Option("--map", help="Generic CSV columns: submit=..,duration=..,gpus=..")
-    ] = None,
-    tune: Annotated[float, typer.Option(help="FGD protocol: submit until tune x GPU capacity.")] = 1.3,
-    load: Annotated[float, typer.Option(help="Time replay: speed arrivals up by this factor.")] = 1.0,
-    runtime: Annotated[Path | None, typer.Option(help="Runtime-model YAML (default: built-in).")] = None,
-    no_spread: Annotated[bool, typer.Option("--no-spread", help="Turn off the spread slowdown.")] = False,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Turn off the data-cache factor.")] = False,
-    no_sharing: Annotated[
-        bool, typer.Option("--no-sharing", help="Turn off the GPU-sharing slowdown.")
-    ] = False,
-    cycle_interval: Annotated[
-        float, typer.Option(help="Also run a cycle every S seconds while work waits.")
-    ] = 0.0,
-    outages: Annotated[Path | None, typer.Option(help="CSV node,start,end of node failures.")] = None,
-    checkpoint_interval: Annotated[
-        float, typer.Option(help="Time replay: seconds between checkpoints of jobs the trace gives none for.")
-    ] = 300.0,
-    half_life: Annotated[
-        float, typer.Option(help="Time replay: half-life (s) of queues' historical usage; 0: off.")
-    ] = 0.0,
-    throughputs: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
-    durations: Annotated[Path | None, typer.Option(help="Synergy per-job run times CSV.")] = None,
-    eta_every: Annotated[
-        int,
-        typer.Option(
-            help="Time replay: forecast the start of every n-th job that waits when it arrives and report "
-            "the forecast's error (-1: about 500 forecasts per replay; 0: off)."
-        ),
-    ] = -1,
-    fgd_results: Annotated[
-        Path | None, typer.Option(help="The FGD authors' analysis_allo_discrete.csv.")
-    ] = None,
-    data_cache: Annotated[
-        str,
-        typer.Option(
-            help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
-            "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
-            "the forecast places it), warm (a slow dataset copied to every node's free cache when its first "
-            "job arrives), all (none, first-use and ahead, side by side), or off (the static cache "
-            "factor of runtime.yaml only)."
-        ),
-    ] = "off",
-    capture: Annotated[
-        Path | None,
-        typer.Option(
-            help="A file from `phalanx capture`: a what-if replay of that cluster (running work ends at "
-            "its estimate, waiting work is placed by each profile) instead of a trace."
-        ),
-    ] = None,
-    scheduler_name: Annotated[
-        str, typer.Option(help="With --capture: the scheduler whose workloads are replayed.")
-    ] = "default-scheduler",
-    default_runtime: Annotated[
-        float, typer.Option(help="With --capture: seconds a workload without a run-time estimate runs.")
-    ] = 3600.0,
+    trace: opt.Trace = None,
+    cluster: opt.Cluster = None,
+    profiles: opt.Profiles = None,
+    seed: opt.Seeds = "",
+    out: opt.OutDir = Path("out"),
+    fmt: opt.TraceFormat = None,
+    mapping: opt.ColumnMap = None,
+    tune: opt.Tune = 1.3,
+    load: opt.Load = 1.0,
+    runtime: opt.RuntimeYaml = None,
+    no_spread: opt.NoSpread = False,
+    no_cache: opt.NoCache = False,
+    no_sharing: opt.NoSharing = False,
+    cycle_interval: opt.CycleInterval = 0.0,
+    outages: opt.Outages = None,
+    checkpoint_interval: opt.CheckpointInterval = 300.0,
+    half_life: opt.HalfLife = 0.0,
+    throughputs: opt.Throughputs = None,
+    durations: opt.Durations = None,
+    eta_every: opt.EtaEvery = -1,
+    fgd_results: opt.FgdResults = None,
+    data_cache: opt.DataCacheMode = "off",
+    capture: opt.CaptureFile = None,
+    scheduler_name: opt.CapturedSchedulerName = "default-scheduler",
+    default_runtime: opt.DefaultRuntime = 3600.0,
 ) -> None:
     """Replay a trace and compare profiles: metrics.csv, decisions.jsonl, plots and index.html in --out."""
     console = Console(stderr=True)
@@ -152,98 +95,38 @@ def simulate(
         _check_out(out)
         if util.find_spec("matplotlib") is None:  # the report's plots
             raise SpecError("matplotlib", "not installed; the report needs it: pip install 'phalanx[report]'")
-        fgd_exps: list[FgdExperiment] = []
-        rep_exps: list[ReplayExperiment] = []
-        notes: list[str] = []
         rt = RuntimeModel(
             load_runtime(runtime, {"spread": no_spread, "cache": no_cache, "sharing": no_sharing})
         )
+        k = _Knobs(
+            profiles,
+            seeds,
+            tune,
+            load,
+            rt,
+            cycle_interval,
+            outages,
+            checkpoint_interval,
+            half_life,
+            eta_every,
+        )
+        fgd_exps: list[FgdExperiment] = []
+        rep_exps: list[ReplayExperiment] = []
         if capture is not None:
             if trace is not None or cluster is not None:
                 raise SpecError("--capture", "replays a captured cluster: drop --trace and --cluster")
-            exp, more = _capture_experiment(capture, scheduler_name, default_runtime, profiles, rt, seeds[0])
+            exp, notes = _capture_experiment(capture, scheduler_name, default_runtime, profiles, rt, seeds[0])
             rep_exps.append(exp)
-            notes += more
         elif trace is None:
             if cluster is not None:
                 raise SpecError(
                     "--cluster",
                     "needs --trace: the embedded example brings its own (openb-slice, tiresias-16xV100)",
                 )
-            notes += [
-                "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
-                "and the Tiresias 60-job trace on 16 V100 GPUs; the FGD protocol over seeds 42-51. "
-                "See src/phalanx/data/README.md."
-            ]
-            nodes = openb.load_nodes(_data("openb-slice-nodes.csv"))
-            pods = openb.load_pods(_data("openb-slice-pods.csv"))
-            fgd_exps.append(
-                FgdExperiment(
-                    "openb-slice", nodes, pods, _profiles(profiles, DEFAULT_FGD_PROFILES), seeds, tune
-                )
-            )
-            rnodes, levels = embedded_replay_cluster()
-            jobs = tiresias.load_jobs(_data("tiresias-60job.csv"))
-            rep_exps.append(
-                ReplayExperiment(
-                    "tiresias-60job",
-                    rnodes,
-                    _speed(jobs, load),
-                    _profiles(profiles, DEFAULT_REPLAY_PROFILES),
-                    levels,
-                    {},
-                    rt,
-                    seeds[0],
-                    cycle_interval,
-                    _outages(outages, rnodes),
-                    None,
-                    checkpoint_interval,
-                    half_life,
-                    eta_every,
-                )
-            )
+            notes = _embedded(k, fgd_exps, rep_exps)
         else:
-            kind = fmt or ("csv" if mapping else detect_format(trace))
-            cl = cluster_arg(cluster) if cluster else default_cluster(kind, trace)
-            notes.append(f"Trace {trace} ({kind}); cluster {cl.source}.")
-            if kind == "openb":
-                pods = openb.load_pods(trace)
-                ref = fgd_results or _authors_results(trace)
-                full = cluster is None or cluster.name == "openb_node_list_gpu_node.csv"
-                fgd_exps.append(
-                    FgdExperiment(
-                        workload_name(trace),
-                        cl.nodes,
-                        pods,
-                        _profiles(profiles, DEFAULT_FGD_PROFILES),
-                        seeds,
-                        tune,
-                        ref if full else None,
-                    )
-                )
-            else:
-                jobs = load_jobs(trace, kind, mapping, throughputs, durations)
-                default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
-                for mode in modes:
-                    rep_exps.append(
-                        ReplayExperiment(
-                            trace.stem + (f" (data cache: {mode})" if mode else ""),
-                            cl.nodes,
-                            _speed(jobs, load),
-                            _profiles(profiles, default),
-                            cl.levels,
-                            cl.datasets,
-                            rt,
-                            seeds[0],
-                            cycle_interval,
-                            _outages(outages, cl.nodes),
-                            cl.queues,
-                            checkpoint_interval,
-                            half_life,
-                            eta_every,
-                            data_cache=mode,
-                        )
-                    )
+            source = _TraceSource(trace, cluster, fmt, mapping, throughputs, durations, fgd_results)
+            notes = _from_trace(source, k, modes, fgd_exps, rep_exps)
         _run(out, fgd_exps, rep_exps, console)
         if capture is not None:
             from phalanx.cli.whatif import fragmentation
@@ -257,6 +140,131 @@ def simulate(
     if capture is not None:
         typer.echo(notes[-1])
     typer.echo(f"report: {index}")
+
+
+@dataclass(frozen=True)
+class _Knobs:
+    """The options every experiment of one `simulate` call shares, checked."""
+
+    profiles: str | None
+    seeds: list[int]
+    tune: float
+    load: float
+    runtime: RuntimeModel
+    cycle_interval: float
+    outages: Path | None
+    checkpoint_interval: float
+    half_life: float
+    eta_every: int
+
+
+@dataclass(frozen=True)
+class _TraceSource:
+    """--trace and the options that say how to read it and which cluster it runs on."""
+
+    trace: Path
+    cluster: Path | None
+    fmt: str | None
+    mapping: str | None
+    throughputs: Path | None
+    durations: Path | None
+    fgd_results: Path | None
+
+
+def _embedded(k: _Knobs, fgd_exps: list[FgdExperiment], rep_exps: list[ReplayExperiment]) -> list[str]:
+    """No --trace: the FGD protocol on the openb slice and the Tiresias 60-job replay; the notes."""
+    notes = [
+        "Embedded default: every 8th node and pod of the openb (Alibaba 2023, FGD) default lists, "
+        "and the Tiresias 60-job trace on 16 V100 GPUs; the FGD protocol over seeds 42-51. "
+        "See src/phalanx/data/README.md."
+    ]
+    nodes = openb.load_nodes(_data("openb-slice-nodes.csv"))
+    pods = openb.load_pods(_data("openb-slice-pods.csv"))
+    fgd_exps.append(
+        FgdExperiment(
+            name="openb-slice",
+            nodes=nodes,
+            pods=pods,
+            profiles=_profiles(k.profiles, DEFAULT_FGD_PROFILES),
+            seeds=k.seeds,
+            tune=k.tune,
+        )
+    )
+    rnodes, levels = embedded_replay_cluster()
+    jobs = tiresias.load_jobs(_data("tiresias-60job.csv"))
+    rep_exps.append(
+        ReplayExperiment(
+            name="tiresias-60job",
+            nodes=rnodes,
+            jobs=_speed(jobs, k.load),
+            profiles=_profiles(k.profiles, DEFAULT_REPLAY_PROFILES),
+            topology_levels=levels,
+            datasets={},
+            runtime=k.runtime,
+            seed=k.seeds[0],
+            cycle_interval=k.cycle_interval,
+            outages=_outages(k.outages, rnodes),
+            queues=None,
+            checkpoint_interval=k.checkpoint_interval,
+            half_life=k.half_life,
+            eta_every=k.eta_every,
+        )
+    )
+    return notes
+
+
+def _from_trace(
+    src: _TraceSource,
+    k: _Knobs,
+    modes: list[str],
+    fgd_exps: list[FgdExperiment],
+    rep_exps: list[ReplayExperiment],
+) -> list[str]:
+    """--trace: the FGD protocol for an openb pod list, else a time replay per --data-cache mode;
+    the notes."""
+    trace, cluster = src.trace, src.cluster
+    kind = src.fmt or ("csv" if src.mapping else detect_format(trace))
+    cl = cluster_arg(cluster) if cluster else default_cluster(kind, trace)
+    notes = [f"Trace {trace} ({kind}); cluster {cl.source}."]
+    if kind == "openb":
+        pods = openb.load_pods(trace)
+        ref = src.fgd_results or _authors_results(trace)
+        full = cluster is None or cluster.name == "openb_node_list_gpu_node.csv"
+        fgd_exps.append(
+            FgdExperiment(
+                name=workload_name(trace),
+                nodes=cl.nodes,
+                pods=pods,
+                profiles=_profiles(k.profiles, DEFAULT_FGD_PROFILES),
+                seeds=k.seeds,
+                tune=k.tune,
+                reference=ref if full else None,
+            )
+        )
+        return notes
+    jobs = load_jobs(trace, kind, src.mapping, src.throughputs, src.durations)
+    default = DEFAULT_REPLAY_PROFILES if cl.queues is None else DEFAULT_QUEUE_PROFILES
+    for mode in modes:
+        rep_exps.append(
+            ReplayExperiment(
+                name=trace.stem + (f" (data cache: {mode})" if mode else ""),
+                nodes=cl.nodes,
+                jobs=_speed(jobs, k.load),
+                profiles=_profiles(k.profiles, default),
+                topology_levels=cl.levels,
+                datasets=cl.datasets,
+                runtime=k.runtime,
+                seed=k.seeds[0],
+                cycle_interval=k.cycle_interval,
+                outages=_outages(k.outages, cl.nodes),
+                queues=cl.queues,
+                checkpoint_interval=k.checkpoint_interval,
+                half_life=k.half_life,
+                eta_every=k.eta_every,
+                data_cache=mode,
+            )
+        )
+    return notes
 
 
 def _capture_experiment(

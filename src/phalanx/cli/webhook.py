@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.cli.kube import _connect
 from phalanx.core.errors import SpecError
@@ -18,11 +19,9 @@ from phalanx.k8s.config import AdapterConfig
 
 
 def webhook(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Path of a kubeconfig file.")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")] = False,
-    scheduler_name: Annotated[
-        str, typer.Option(help="Pods with this spec.schedulerName are ours.")
-    ] = "phalanx",
+    kubeconfig: opt.Kubeconfig = None,
+    in_cluster: opt.InCluster = False,
+    scheduler_name: opt.SchedulerName = "phalanx",
     namespace: Annotated[
         str, typer.Option(help="Namespace of the webhook's Service and Secret.")
     ] = "phalanx-system",

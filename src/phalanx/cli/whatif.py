@@ -115,14 +115,14 @@ def experiment(
             tree = None
             notes.append("The captured queues have no leaf for every workload: queues ignored.")
     exp = ReplayExperiment(
-        f"capture ({cfg.scheduler_name})",
-        _nodes(snap),
-        jobs,
-        profiles,
-        list(snap.topology_levels),
-        dict(snap.datasets),
-        runtime,
-        seed,
+        name=f"capture ({cfg.scheduler_name})",
+        nodes=_nodes(snap),
+        jobs=jobs,
+        profiles=profiles,
+        topology_levels=list(snap.topology_levels),
+        datasets=dict(snap.datasets),
+        runtime=runtime,
+        seed=seed,
         queues=tree,
     )
     return exp, notes

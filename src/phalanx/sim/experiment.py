@@ -100,8 +100,10 @@ class FgdExperiment:
         return rows
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReplayExperiment:
+    """Profiles compared on one time replay: built by keyword, so a call site names every input."""
+
     name: str
     nodes: list[Node]
     jobs: list[JobSpec]

@@ -31,7 +31,7 @@ from phalanx.core.fragmentation import FragmentationIndex, TypeTable
 from phalanx.core.model import Node
 from phalanx.core.profile import Profile
 from phalanx.core.queues import QueueTree
-from phalanx.core.snapshot import Snapshot, TaskType
+from phalanx.core.snapshot import Snapshot, TaskType, WorkloadEntry
 from phalanx.sim.datacache import DataCache
 from phalanx.sim.engine import Engine, Event, Kind
 from phalanx.sim.jobs import JobSpec
@@ -239,56 +239,283 @@ def replay(
     `eta_every`: forecast the start of every n-th job that has to wait when it arrives
     (`phalanx.core.forecast`), to measure the forecast against when it really started.
     """
-    if queues is not None:
-        for j in jobs:
-            if not queues.is_leaf(j.queue):
-                where = j.where or f"job {j.name}"
-                raise SpecError(where, f"queue {j.queue!r} is not a leaf queue of the cluster's queue tree")
-    types = _task_types(jobs)
-    snap = Snapshot(
-        nodes, topology_levels=topology_levels, datasets=datasets, task_types=types, queues=queues
+    settings = ReplaySettings(
+        seed=seed,
+        cycle_interval=cycle_interval,
+        log=log,
+        progress=progress,
+        check=check,
+        checkpoint_interval=checkpoint_interval,
+        estimates=estimates,
+        half_life=half_life,
+        large_gpus=large_gpus,
+        eta_every=eta_every,
     )
-    model = runtime or RuntimeModel()
-    if data_cache is not None:  # the dynamic model replaces the static cache factor
-        model = RuntimeModel(model.spec.model_copy(update={"cache": CacheSpec(enabled=False)}))
-        data_cache.attach(snap)
-    rng = np.random.default_rng(seed)
-    eng = Engine()
-    recs = {j.name: JobRecord(j) for j in jobs}
-    if len(recs) != len(jobs):
-        raise ValueError("duplicate job names in the trace")
-    for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
-        eng.schedule(j.submit, Kind.ARRIVAL, j.name)
-    for o in outages:
-        snap.node_index(o.node)
-        eng.schedule(o.start, Kind.NODE_FAIL, o.node)
-        eng.schedule(o.end, Kind.NODE_RECOVER, o.node)
-    c = snap.cluster
-    metric = FragmentationIndex(c, TypeTable.build(types, c)) if types else None
-    total = max(1, c.total_shared_milli)
-    out = ReplayResult(profile.name, int(c.shared_count.sum()), list(recs.values()), large_gpus=large_gpus)
-    shares = QueueShares(queues or flat_tree(j.queue for j in jobs), float(c.shared_count.sum()))
-    out.shares = shares
-    out.data = data_cache
-    running: set[str] = set()
-    finished = 0
-    tick_at: list[float] = []
-    rank_ticks: set[float] = set()
-    checkpoint_tick = [-math.inf]  # the cycle outstanding for evictions that wait for checkpoints
-    eta_seen = [0]  # jobs that had to wait when they arrived
-    # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
-    # of queue history: without them, skip the walk over every running workload each cycle
-    timed = half_life > 0 or not all(getattr(o, "static", False) for o in profile.order)
-    logged: dict[str, str] = {}
+    inputs = ReplayInputs(
+        nodes=nodes,
+        jobs=jobs,
+        topology_levels=topology_levels,
+        datasets=datasets,
+        runtime=runtime,
+        outages=outages,
+        queues=queues,
+        data_cache=data_cache,
+    )
+    return ReplayRun(inputs, profile, settings).run()
 
-    def stop(name: str, now: float, evicted: bool) -> None:
+
+@dataclass(frozen=True, slots=True)
+class ReplayInputs:
+    """What is replayed: the cluster, the trace and what happens to them (`replay`'s arguments)."""
+
+    nodes: Sequence[Node]
+    jobs: Sequence[JobSpec]
+    topology_levels: Sequence[str] = ()
+    datasets: dict[str, int] | None = None
+    runtime: RuntimeModel | None = None
+    outages: Sequence[NodeOutage] = ()
+    queues: QueueTree | None = None
+    data_cache: DataCache | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings:
+    """How it is replayed and what is reported on the way (`replay`'s knobs, same defaults)."""
+
+    seed: int = 0
+    cycle_interval: float = 0.0
+    log: IO[str] | None = None
+    progress: Callable[[int, int], None] | None = None
+    check: bool = False
+    checkpoint_interval: float = 300.0
+    estimates: bool = True
+    half_life: float = 0.0
+    large_gpus: int = 8
+    eta_every: int = 0
+
+
+class ReplayRun:
+    """One replay's state under names, and one method per thing a batch of events sets off.
+
+    `handle` is the recipe the engine calls for each batch of simultaneous events: apply the
+    events, run a cycle, act on what it decided, sample, and ask for the next cycles.
+    """
+
+    def __init__(self, inputs: ReplayInputs, profile: Profile, settings: ReplaySettings) -> None:
+        jobs, queues = inputs.jobs, inputs.queues
+        _check_leaf_queues(jobs, queues)
+        types = _task_types(jobs)
+        self.snap = Snapshot(
+            inputs.nodes,
+            topology_levels=inputs.topology_levels,
+            datasets=inputs.datasets,
+            task_types=types,
+            queues=queues,
+        )
+        self.model = inputs.runtime or RuntimeModel()
+        self.data = inputs.data_cache
+        if self.data is not None:  # the dynamic model replaces the static cache factor
+            self.model = RuntimeModel(self.model.spec.model_copy(update={"cache": CacheSpec(enabled=False)}))
+            self.data.attach(self.snap)
+        self.profile = profile
+        self.settings = settings
+        self.rng = np.random.default_rng(settings.seed)
+        self.eng = Engine()
+        self.recs = {j.name: JobRecord(j) for j in jobs}
+        if len(self.recs) != len(jobs):
+            raise ValueError("duplicate job names in the trace")
+        self.total_jobs = len(jobs)
+        self._schedule_inputs(jobs, inputs.outages)
+        self.cluster = c = self.snap.cluster
+        self.metric = FragmentationIndex(c, TypeTable.build(types, c)) if types else None
+        self.total_milli = max(1, c.total_shared_milli)
+        gpus = int(c.shared_count.sum())
+        self.out = ReplayResult(profile.name, gpus, list(self.recs.values()), large_gpus=settings.large_gpus)
+        self.shares = QueueShares(queues or flat_tree(j.queue for j in jobs), float(c.shared_count.sum()))
+        self.out.shares = self.shares
+        self.out.data = self.data
+        self.running: set[str] = set()
+        self.finished = 0  # jobs completed, for `progress`
+        self.interval_tick = -math.inf  # the latest --cycle-interval cycle asked for
+        self.rank_ticks: set[float] = set()
+        self.checkpoint_tick = -math.inf  # the cycle outstanding for evictions that wait for checkpoints
+        self.eta_seen = 0  # jobs that had to wait when they arrived
+        # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
+        # of queue history: without them, skip the walk over every running workload each cycle
+        self.timed = settings.half_life > 0 or not all(getattr(o, "static", False) for o in profile.order)
+        self.logged: dict[str, str] = {}
+
+    def _schedule_inputs(self, jobs: Sequence[JobSpec], outages: Sequence[NodeOutage]) -> None:
+        """Every arrival, failure and recovery goes on the engine up front (an unknown node fails here)."""
+        for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
+            self.eng.schedule(j.submit, Kind.ARRIVAL, j.name)
+        for o in outages:
+            self.snap.node_index(o.node)
+            self.eng.schedule(o.start, Kind.NODE_FAIL, o.node)
+            self.eng.schedule(o.end, Kind.NODE_RECOVER, o.node)
+
+    def run(self) -> ReplayResult:
+        """Until no event is left; then say which jobs deadlocked (partly placed) or starved."""
+        self.eng.run(self.handle)
+        for name, entry in self.snap.workloads.items():
+            if 0 < len(entry.bound) < entry.workload.gang_size:
+                self.out.deadlocked.append(name)
+            elif self.recs[name].start is None:
+                self.out.starved.append(name)
+        return self.out
+
+    def handle(self, batch: list[Event]) -> None:
+        """One batch of simultaneous events, then one cycle and what follows from its decisions."""
+        now = self.eng.now
+        first = not self.out.samples
+        changed = self._apply_events(batch, now) or first  # the devices changed (or nothing sampled yet)
+        if self.timed:
+            self.snap.advance(now, self.settings.half_life)
+        if self.data is not None:
+            self.data.advance(self.snap, now)
+        result = run_cycle(self.snap, self.profile, now, self.rng, apply=True)
+        self.out.cycles += 1
+        self.out.evicted_tasks += len(result.evictions)
+        self._stop_evicted(result, now)
+        self._tick_for_checkpoints(result, now)
+        if self.settings.check:
+            self.cluster.check_invariants()
+        if self.settings.log is not None:
+            _log(self.settings.log, now, result, self.logged)
+        self._start_ready(result, now)
+        self._resize_elastic(result, now)
+        self._sample(now, changed or bool(result.binds) or bool(result.evictions))
+        if self.data is not None:
+            self.data.plan(self.snap, self.profile, now, self._runtime_for_plan)
+        if self.settings.eta_every > 0:
+            self._forecast_arrivals(batch, now)
+        self._tick_for_rank_changes(now)
+        self._tick_for_interval(now)
+        if self.settings.progress is not None:
+            self.settings.progress(self.finished, self.total_jobs)
+
+    # ------------------------------------------------------------------ events
+
+    def _apply_events(self, batch: list[Event], now: float) -> bool:
+        """Arrivals, completions, node failures and recoveries; True when one changed the devices."""
+        changed = False
+        for ev in batch:
+            if ev.kind is Kind.ARRIVAL:
+                self._arrive(ev.payload)
+            elif ev.kind is Kind.COMPLETION:
+                changed = self._complete(ev, now) or changed
+            elif ev.kind is Kind.NODE_FAIL:
+                changed = True
+                self._fail_node(ev.payload, now)
+            elif ev.kind is Kind.NODE_RECOVER:
+                changed = True
+                self.snap.set_node_ready(ev.payload, True)
+        return changed
+
+    def _arrive(self, name: str) -> None:
+        spec = self.recs[name].spec
+        st = self.settings
+        self.snap.add_workload(spec.workload(st.checkpoint_interval, spec.duration if st.estimates else None))
+        self.shares.arrive(spec.queue, spec.gpu_amount)
+        if self.data is not None:
+            self.data.arrive(spec)
+
+    def _complete(self, ev: Event, now: float) -> bool:
+        """A job's completion, unless a stop or a resize since made this event stale (its token)."""
+        name = ev.payload
+        r = self.recs[name]
+        if ev.token != r.token or name not in self.running:
+            return False
+        r.end = now
+        self.running.discard(name)
+        self.shares.stop(r.spec.queue, r.held, done=True)
+        self.shares.withdraw(r.spec.queue, r.spec.gpu_amount - r.held)
+        if self.data is not None:
+            self.data.stop(r.spec, _bound_nodes(self.snap.workloads[name]))
+        self.snap.remove_workload(name)
+        self.finished += 1
+        return True
+
+    def _fail_node(self, node: str, now: float) -> None:
+        """Every workload with a task on the node stops and gives back all its tasks."""
+        snap = self.snap
+        i = snap.node_index(node)
+        for a in list(snap.on_node[i].values()):
+            name = a.task.workload
+            if name in self.running:
+                self._stop(name, now, evicted=False)
+            for other in list(snap.workloads[name].bound.values()):
+                snap.release(other.task.name)
+        snap.set_node_ready(node, False)
+
+    # ------------------------------------------------------------------ what a cycle decided
+
+    def _stop_evicted(self, result: CycleResult, now: float) -> None:
+        for name in {e.workload for e in result.evictions}:
+            # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
+            if name in self.running and not self.snap.workloads[name].is_ready:
+                self._stop(name, now, evicted=True)
+
+    def _tick_for_checkpoints(self, result: CycleResult, now: float) -> None:
+        """Victims guarded by a checkpoint window: one cycle when the earliest waiting preemptor's
+        victims line up (one such cycle outstanding at a time, so waits do not multiply cycles)."""
+        due = min(
+            (
+                h.until
+                for p in result.pending
+                for h in p.holds
+                if h.guard == CHECKPOINT and h.until is not None and h.until > now
+            ),
+            default=math.inf,
+        )
+        if due < math.inf and not (now < self.checkpoint_tick <= due):
+            self.checkpoint_tick = due
+            self.eng.schedule(due, Kind.TICK)
+
+    def _start_ready(self, result: CycleResult, now: float) -> None:
+        """A gang bound up to its minimum starts running: its run time is set by where it landed."""
+        snap = self.snap
+        for name in {b.workload for b in result.binds}:
+            entry = snap.workloads[name]
+            r = self.recs[name]
+            if entry.is_ready and name not in self.running:
+                r.run_time = self._run_time_of(name)
+                if self.data is not None:
+                    w = self.data.start(snap, r.spec, _bound_nodes(entry), now)
+                    r.run_time += w
+                    r.io_wait_s += w
+                    r.io_wait_gpu_s += w * r.spec.gpu_amount
+                r.level = self.model.span_level(snap, {a.node for a in entry.bound.values()})
+                r.run_start = now
+                if r.start is None:
+                    r.start = now
+                self.running.add(name)
+                self._resize(r, len(entry.bound), now)
+
+    def _resize_elastic(self, result: CycleResult, now: float) -> None:
+        """An elastic job grew or shrank: its work so far is kept (the resize checkpoints in place)."""
+        for name in {b.workload for b in result.binds} | {e.workload for e in result.evictions}:
+            r = self.recs[name]
+            if (
+                name in self.running
+                and r.run_start != now
+                and len(self.snap.workloads[name].bound) != r.tasks
+            ):
+                if r.run_start is not None and r.run_time:
+                    r.done = min(1.0, r.done + (now - r.run_start) * r.rate / r.run_time)
+                r.run_start = now
+                r.run_time = self._run_time_of(name)
+                self._resize(r, len(self.snap.workloads[name].bound), now)
+
+    def _stop(self, name: str, now: float, evicted: bool) -> None:
         """A running job loses its tasks: it keeps its work up to the last checkpoint and queues again."""
-        r = recs[name]
-        entry = snap.workloads[name]
+        r = self.recs[name]
+        entry = self.snap.workloads[name]
+        out = self.out
         if r.run_start is not None and r.run_time:
             ran = now - r.run_start
             every = entry.workload.checkpoint_interval
-            if evicted and profile.preemption_cost == "none":
+            if evicted and self.profile.preemption_cost == "none":
                 kept = ran  # the paper-exact profiles: preemption is free
             else:
                 kept = math.floor(ran / every) * every if every > 0 else 0.0
@@ -302,162 +529,73 @@ def replay(
             else:
                 out.lost_failure_gpu_s += lost
         r.run_start = None
-        if data_cache is not None:
-            data_cache.stop(r.spec, sorted({a.node for a in entry.bound.values()}))
+        if self.data is not None:
+            self.data.stop(r.spec, _bound_nodes(entry))
         r.token += 1
         r.restarts += 1
         r.evictions += int(evicted)
-        running.discard(name)
-        shares.stop(r.spec.queue, r.held, done=False)
+        self.running.discard(name)
+        self.shares.stop(r.spec.queue, r.held, done=False)
         r.held = 0.0
         for other in list(entry.bound.values()):
-            snap.release(other.task.name)
+            self.snap.release(other.task.name)
 
-    def run_time_of(name: str) -> float:
+    def _run_time_of(self, name: str) -> float:
         """Run time at full size for the current placement (spread, cache, sharing)."""
-        job = recs[name].spec
+        job = self.recs[name].spec
         shape = JobShape(job.gpus, job.duration, job.iterations, job.model, job.dataset)
-        return model.run_time(snap, shape, list(snap.workloads[name].bound.values()))
+        return self.model.run_time(self.snap, shape, list(self.snap.workloads[name].bound.values()))
 
-    def resize(r: JobRecord, tasks: int, now: float) -> None:
+    def _resize(self, r: JobRecord, tasks: int, now: float) -> None:
         """Run at tasks / task_count of full speed from now on, holding that many tasks' GPUs."""
         held = tasks * r.spec.gpus_per_task
-        shares.start(r.spec.queue, held - r.held)
+        self.shares.start(r.spec.queue, held - r.held)
         r.held = held
         r.tasks = tasks
         r.token += 1
         left = (r.run_time or 0.0) * (1.0 - r.done) / r.rate
-        eng.schedule(now + left, Kind.COMPLETION, r.spec.name, r.token)
+        self.eng.schedule(now + left, Kind.COMPLETION, r.spec.name, r.token)
 
-    def handle(batch: list[Event]) -> None:
-        nonlocal finished
-        now = eng.now
-        changed = not out.samples  # a completion or a node event changed the devices
-        for ev in batch:
-            if ev.kind is Kind.ARRIVAL:
-                spec = recs[ev.payload].spec
-                snap.add_workload(spec.workload(checkpoint_interval, spec.duration if estimates else None))
-                shares.arrive(spec.queue, spec.gpu_amount)
-                if data_cache is not None:
-                    data_cache.arrive(spec)
-            elif ev.kind is Kind.COMPLETION:
-                r = recs[ev.payload]
-                if ev.token == r.token and ev.payload in running:
-                    r.end = now
-                    running.discard(ev.payload)
-                    shares.stop(r.spec.queue, r.held, done=True)
-                    shares.withdraw(r.spec.queue, r.spec.gpu_amount - r.held)
-                    if data_cache is not None:
-                        data_cache.stop(
-                            r.spec, sorted({a.node for a in snap.workloads[ev.payload].bound.values()})
-                        )
-                    snap.remove_workload(ev.payload)
-                    finished += 1
-                    changed = True
-            elif ev.kind is Kind.NODE_FAIL:
-                changed = True
-                i = snap.node_index(ev.payload)
-                for a in list(snap.on_node[i].values()):
-                    name = a.task.workload
-                    if name in running:
-                        stop(name, now, evicted=False)
-                    for other in list(snap.workloads[name].bound.values()):
-                        snap.release(other.task.name)
-                snap.set_node_ready(ev.payload, False)
-            elif ev.kind is Kind.NODE_RECOVER:
-                changed = True
-                snap.set_node_ready(ev.payload, True)
-        if timed:
-            snap.advance(now, half_life)
-        if data_cache is not None:
-            data_cache.advance(snap, now)
-        result = run_cycle(snap, profile, now, rng, apply=True)
-        out.cycles += 1
-        out.evicted_tasks += len(result.evictions)
-        for name in {e.workload for e in result.evictions}:
-            # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
-            if name in running and not snap.workloads[name].is_ready:
-                stop(name, now, evicted=True)
-        # victims guarded by a checkpoint window: one cycle when the earliest waiting preemptor's
-        # victims line up (one such cycle outstanding at a time, so waits do not multiply cycles)
-        due = min(
-            (
-                h.until
-                for p in result.pending
-                for h in p.holds
-                if h.guard == CHECKPOINT and h.until is not None and h.until > now
-            ),
-            default=math.inf,
-        )
-        if due < math.inf and not (now < checkpoint_tick[0] <= due):
-            checkpoint_tick[0] = due
-            eng.schedule(due, Kind.TICK)
-        if check:
-            c.check_invariants()
-        if log is not None:
-            _log(log, now, result, logged)
-        for name in {b.workload for b in result.binds}:
-            entry = snap.workloads[name]
-            r = recs[name]
-            if entry.is_ready and name not in running:
-                r.run_time = run_time_of(name)
-                if data_cache is not None:
-                    w = data_cache.start(snap, r.spec, sorted({a.node for a in entry.bound.values()}), now)
-                    r.run_time += w
-                    r.io_wait_s += w
-                    r.io_wait_gpu_s += w * r.spec.gpu_amount
-                r.level = model.span_level(snap, {a.node for a in entry.bound.values()})
-                r.run_start = now
-                if r.start is None:
-                    r.start = now
-                running.add(name)
-                resize(r, len(entry.bound), now)
-        for name in {b.workload for b in result.binds} | {e.workload for e in result.evictions}:
-            r = recs[name]
-            if name in running and r.run_start != now and len(snap.workloads[name].bound) != r.tasks:
-                # an elastic job grew or shrank: its work so far is kept (the resize checkpoints in place)
-                if r.run_start is not None and r.run_time:
-                    r.done = min(1.0, r.done + (now - r.run_start) * r.rate / r.run_time)
-                r.run_start = now
-                r.run_time = run_time_of(name)
-                resize(r, len(snap.workloads[name].bound), now)
+    # ------------------------------------------------------------------ what is measured
+
+    def _sample(self, now: float, devices_changed: bool) -> None:
+        """GPU allocation, fragmentation (recomputed only when devices changed hands), queue shares."""
+        out = self.out
         frag_rate = out.samples[-1].frag_rate if out.samples else 0.0
-        if metric is not None and (changed or result.binds or result.evictions):
-            frag, idle = metric.summary()  # only when the devices changed hands
+        if self.metric is not None and devices_changed:
+            frag, idle = self.metric.summary()
             frag_rate = 100.0 * frag / idle if idle else 0.0
+        alloc = 1.0 - float(self.cluster.gpu_free_total.sum()) / self.total_milli
         out.samples.append(
-            Sample(
-                now,
-                1.0 - float(c.gpu_free_total.sum()) / total,
-                frag_rate,
-                len(snap.pending_workloads()),
-                len(running),
-            )
+            Sample(now, alloc, frag_rate, len(self.snap.pending_workloads()), len(self.running))
         )
-        shares.sample(now)
-        if data_cache is not None:
-            # running jobs end when the replay will end them (their run time with its slowdowns)
-            data_cache.plan(
-                snap,
-                profile,
-                now,
-                lambda e: recs[e.name].run_time if e.name in running else e.workload.estimated_runtime,
-            )
-        if eta_every > 0:
-            waiting = []
-            for ev in batch:
-                if ev.kind is Kind.ARRIVAL and ev.payload not in running:
-                    eta_seen[0] += 1
-                    if eta_seen[0] % eta_every == 0:
-                        waiting.append(ev.payload)
-            if waiting:
-                f = forecast(snap, profile, now, targets=set(waiting), max_steps=400)
-                for n in waiting:
-                    out.eta[n] = f.starts.get(n)
+        self.shares.sample(now)
+
+    def _runtime_for_plan(self, e: WorkloadEntry) -> float | None:
+        """Running jobs end when the replay will end them (their run time with its slowdowns)."""
+        return self.recs[e.name].run_time if e.name in self.running else e.workload.estimated_runtime
+
+    def _forecast_arrivals(self, batch: list[Event], now: float) -> None:
+        """Every `eta_every`-th arrival that must wait: its forecast start, to check against the real one."""
+        waiting = []
+        for ev in batch:
+            if ev.kind is Kind.ARRIVAL and ev.payload not in self.running:
+                self.eta_seen += 1
+                if self.eta_seen % self.settings.eta_every == 0:
+                    waiting.append(ev.payload)
+        if waiting:
+            f = forecast(self.snap, self.profile, now, targets=set(waiting), max_steps=400)
+            for n in waiting:
+                self.out.eta[n] = f.starts.get(n)
+
+    # ------------------------------------------------------------------ the next cycles
+
+    def _tick_for_rank_changes(self, now: float) -> None:
+        """An order that changes with time run (LAS levels): a cycle when a running workload's
+        rank changes, as the policy defines it, not only at the next arrival or completion."""
+        snap, profile = self.snap, self.profile
         changes = [o for o in profile.order if hasattr(o, "next_change")]
         if changes and snap.pending_workloads():
-            # an order that changes with time run (LAS levels): a cycle when a running workload's
-            # rank changes, as the policy defines it, not only at the next arrival or completion
             soon = min(
                 (
                     t
@@ -467,22 +605,31 @@ def replay(
                 ),
                 default=math.inf,
             )
-            if soon < math.inf and soon > now and soon not in rank_ticks:
-                rank_ticks.add(soon)
-                eng.schedule(soon, Kind.TICK)
-        if cycle_interval > 0 and snap.pending_workloads() and (not tick_at or tick_at[-1] <= now):
-            tick_at.append(now + cycle_interval)
-            eng.schedule(now + cycle_interval, Kind.TICK)
-        if progress is not None:
-            progress(finished, len(jobs))
+            if soon < math.inf and soon > now and soon not in self.rank_ticks:
+                self.rank_ticks.add(soon)
+                self.eng.schedule(soon, Kind.TICK)
 
-    eng.run(handle)
-    for name, entry in snap.workloads.items():
-        if 0 < len(entry.bound) < entry.workload.gang_size:
-            out.deadlocked.append(name)
-        elif recs[name].start is None:
-            out.starved.append(name)
-    return out
+    def _tick_for_interval(self, now: float) -> None:
+        """--cycle-interval: while work waits, a cycle every interval (one outstanding at a time)."""
+        interval = self.settings.cycle_interval
+        if interval > 0 and self.snap.pending_workloads() and self.interval_tick <= now:
+            self.interval_tick = now + interval
+            self.eng.schedule(now + interval, Kind.TICK)
+
+
+def _check_leaf_queues(jobs: Sequence[JobSpec], queues: QueueTree | None) -> None:
+    """Jobs wait only in leaf queues: a job naming an inner queue is the trace's error, said up front."""
+    if queues is None:
+        return
+    for j in jobs:
+        if not queues.is_leaf(j.queue):
+            where = j.where or f"job {j.name}"
+            raise SpecError(where, f"queue {j.queue!r} is not a leaf queue of the cluster's queue tree")
+
+
+def _bound_nodes(entry: WorkloadEntry) -> list[int]:
+    """The nodes a workload's bound tasks are on, each once, in order (the data cache's view)."""
+    return sorted({a.node for a in entry.bound.values()})
 
 
 def _task_types(jobs: Sequence[JobSpec]) -> list[TaskType]:
