@@ -32,6 +32,7 @@ from phalanx.core.model import Node
 from phalanx.core.profile import Profile
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot, TaskType, WorkloadEntry
+from phalanx.core.traits import change_forecasts
 from phalanx.sim.datacache import DataCache
 from phalanx.sim.engine import Engine, Event, Kind
 from phalanx.sim.jobs import JobSpec
@@ -342,7 +343,7 @@ class ReplayRun:
         self.eta_seen = 0  # jobs that had to wait when they arrived
         # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
         # of queue history: without them, skip the walk over every running workload each cycle
-        self.timed = settings.half_life > 0 or not all(getattr(o, "static", False) for o in profile.order)
+        self.timed = settings.half_life > 0 or not all(o.static for o in profile.order)
         self.logged: dict[str, str] = {}
 
     def _schedule_inputs(self, jobs: Sequence[JobSpec], outages: Sequence[NodeOutage]) -> None:
@@ -594,7 +595,7 @@ class ReplayRun:
         """An order that changes with time run (LAS levels): a cycle when a running workload's
         rank changes, as the policy defines it, not only at the next arrival or completion."""
         snap, profile = self.snap, self.profile
-        changes = [o for o in profile.order if hasattr(o, "next_change")]
+        changes = change_forecasts(profile.order)
         if changes and snap.pending_workloads():
             soon = min(
                 (

@@ -9,7 +9,6 @@ Fields: `submit` (required; seconds or ISO 8601 dates, made relative to the firs
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from pathlib import Path
 
 from phalanx.core.errors import SpecError
@@ -17,6 +16,7 @@ from phalanx.sim.jobs import JobSpec
 from phalanx.sim.traces.rows import Row, read_rows
 from phalanx.spec.common import pairs
 from phalanx.spec.quantity import size_bytes
+from phalanx.spec.times import rfc3339
 
 FIELDS = (
     "submit",
@@ -57,12 +57,12 @@ def _time(row: Row, col: str) -> float:
     try:
         v = float(raw)
     except ValueError:
-        try:
-            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        t = rfc3339(raw)
+        if t is None:
             raise SpecError(
                 row.where, f"column {col!r} is neither seconds nor an ISO date: {raw!r}"
             ) from None
+        return t
     if not math.isfinite(v):
         raise SpecError(row.where, f"column {col!r} must be finite, got {raw!r}")
     return v
