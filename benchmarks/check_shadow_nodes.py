@@ -42,6 +42,18 @@ def _pod(
     return p
 
 
+def default_scheduler_work(k: KitCluster) -> tuple[str, ...]:
+    """kube-scheduler's pods: one pinned to the first node, and 2 pods of a PodGroup of minMember 3
+    (Phalanx would have waited for the whole gang); their names."""
+    k.namespace_ready("default")
+    host = k.kube.get(NODES, k.nodes[0].name)["metadata"]["labels"]["kubernetes.io/hostname"]  # type: ignore[index]
+    k.kube.create(_pod("pinned", selector={"kubernetes.io/hostname": host}))
+    k.kube.create(pod_group("pair", 3))
+    for i in range(2):
+        k.kube.create(_pod(f"pair-{i}", notes={"phalanx.io/pod-group": "pair"}))
+    return ("pinned", "pair-0", "pair-1")
+
+
 def _metrics(k: KitCluster, path: str) -> str:
     """The shadow's /metrics through the pod proxy (text, not JSON: around the Api's decoding)."""
     status, data = k.api.transport.send("GET", path, None, None, {"Accept": "text/plain"})
@@ -64,13 +76,7 @@ def main() -> None:
         [shadow] = k.pods(k.namespace, "app.kubernetes.io/component=shadow")
         name, sa = shadow["metadata"]["name"], shadow["spec"]["serviceAccountName"]
         print(f"shadow pod {name} Ready under ServiceAccount {sa} after {time.monotonic() - t0:.0f} s")
-        k.namespace_ready("default")
-        host = k.kube.get(NODES, k.nodes[0].name)["metadata"]["labels"]["kubernetes.io/hostname"]  # type: ignore[index]
-        k.kube.create(_pod("pinned", selector={"kubernetes.io/hostname": host}))
-        k.kube.create(pod_group("pair", 3))
-        for i in range(2):
-            k.kube.create(_pod(f"pair-{i}", notes={"phalanx.io/pod-group": "pair"}))
-        pods = ("pinned", "pair-0", "pair-1")
+        pods = default_scheduler_work(k)
         wait_for("kube-scheduler placed the pods", lambda: all(k.kube.node_of(n) for n in pods), timeout=60)
         path = f"/api/v1/namespaces/{k.namespace}/pods/{name}:8080/proxy/metrics"
         text = wait_for("the shadow's verdicts", lambda: _metrics(k, path), timeout=60)

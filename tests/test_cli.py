@@ -339,3 +339,20 @@ def test_capture_table_keeps_pod_names_whole_in_80_columns(tmp_path, monkeypatch
     rows = [ln for ln in r.output.splitlines() if ln.startswith("│")]
     for n in names:
         assert any(f"default/{n}" in ln for ln in rows), (n, r.output)
+
+
+def test_a_certificate_that_cannot_load_is_one_line_in_both_modes(tmp_path):
+    """`phalanx scheduler` and `phalanx scheduler --shadow` read --tls-cert-file the same way."""
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: f, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: f, context: {cluster: f, user: u}}]\n"
+        "current-context: f\n"
+    )
+    bad = tmp_path / "not-a-cert.pem"
+    bad.write_text("hello\n")
+    for mode in ([], ["--shadow"]):
+        args = ["scheduler", *mode, "--kubeconfig", str(cfg), "--port", "0"]
+        r = CliRunner().invoke(app, [*args, "--tls-cert-file", str(bad), "--tls-private-key-file", str(bad)])
+        assert r.exit_code == 2, (mode, r.output)
+        assert "--tls-cert-file: cannot load the certificate" in r.output and "Traceback" not in r.output

@@ -14,13 +14,14 @@ from rich.table import Table
 
 from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
+from phalanx.cli.serving import serving_tls
 from phalanx.core.errors import SpecError
 from phalanx.k8s.act.shares import parse_reservation_extras
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
 from phalanx.k8s.loop.leader import LeaseNamespaceMissing
 from phalanx.k8s.loop.scheduler import Scheduler
-from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.authn import Guard
 from phalanx.k8s.view.server import serve
 from phalanx.k8s.view.status import collect
 from phalanx.profiles import load_profile
@@ -163,13 +164,7 @@ def _serve_endpoints(
         )
         return
     tls_cert_file, tls_private_key_file = tls_files
-    with user_errors():
-        try:
-            tls = tls_context(
-                tls_cert_file, tls_private_key_file, (socket.gethostname(), "localhost", "127.0.0.1")
-            )
-        except (OSError, ValueError) as e:
-            raise SpecError("--tls-cert-file", f"cannot load the certificate: {e}") from None
+    tls = serving_tls(tls_cert_file, tls_private_key_file)
     server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
     log.info(
         "serving https://%s:%d: /healthz and /readyz open; /metrics and /dashboard/ to callers "

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import socket
 import ssl
 import urllib.request
 from pathlib import Path
@@ -16,12 +15,13 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.cli.errors import user_errors
+from phalanx.cli.serving import serving_tls
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.shadow import Shadow
-from phalanx.k8s.view.authn import Guard, tls_context
+from phalanx.k8s.view.authn import Guard
 from phalanx.k8s.view.server import serve
 
 log = logging.getLogger("phalanx.k8s")
@@ -40,11 +40,7 @@ def run_shadow(
     if insecure_metrics:
         server = serve(port, s.metrics, s.ready, s.board, address=bind_address)
     else:
-        with user_errors():
-            try:
-                tls = tls_context(*tls_files, (socket.gethostname(), "localhost", "127.0.0.1"))
-            except (OSError, ValueError) as e:
-                raise SpecError("--tls-cert-file", f"cannot load the certificate: {e}") from None
+        tls = serving_tls(*tls_files)
         server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
     log.info(
         "shadow mode: watching the pods of %r, binding and evicting nothing; %s://%s:%d/metrics "
