@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
+from page_text import text, texts
 from phalanx.cli.main import app
 from phalanx.k8s import keys
 from phalanx.k8s.view.server import serve
@@ -81,22 +82,22 @@ def test_dashboard_shows_holders_reasons_forecasts_and_updates_live(
             url = f"http://127.0.0.1:{server.server_port}/dashboard/"
             chrome.get(url)
 
-            def row() -> Any:
-                rows = chrome.find_elements("css selector", "tr[data-workload='default/w']")
-                return rows[0] if rows and "expected to start" in rows[0].text else None
+            def row() -> str:
+                shown = text(chrome, "tr[data-workload='default/w']")
+                return shown if "expected to start" in shown else ""
 
             r = wait_for("w waiting with a reason and a forecast", row, timeout=30, every=0.5)
-            assert "does not fit" in r.text or "GPU" in r.text
+            assert "does not fit" in r or "GPU" in r
             chrome.save_screenshot(str(artifacts / "dashboard.png"))
             holder = kube.node_of("a")
             chrome.get(url + f"#/node/{holder}")
             gpus = wait_for(
                 "the node's GPUs and holders",
-                lambda: chrome.find_elements("css selector", "#node-gpus tr[data-gpu]"),
+                lambda: texts(chrome, "#node-gpus tr[data-gpu]"),
                 timeout=15,
                 every=0.3,
             )
-            assert len(gpus) == 8 and all("default/a" in g.text for g in gpus)
+            assert len(gpus) == 8 and all("default/a" in g for g in gpus)
             # live: a goes away, w is bound, and the open page shows it without a reload
             chrome.get(url)
             wait_for("overview", lambda: chrome.find_elements("id", "pending"), timeout=15, every=0.3)
@@ -104,8 +105,8 @@ def test_dashboard_shows_holders_reasons_forecasts_and_updates_live(
             wait_for("w bound", lambda: kube.node_of("w") == holder, timeout=30)
 
             def shown() -> bool:
-                rec = chrome.find_elements("id", "recent")
-                return bool(rec) and "default/w" in rec[0].text and "bound" in rec[0].text
+                rec = text(chrome, "#recent")
+                return "default/w" in rec and "bound" in rec
 
             wait_for("the bind of w on the page", shown, timeout=20, every=0.5)
             assert not chrome.find_elements("css selector", "tr[data-workload='default/w']")

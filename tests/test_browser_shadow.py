@@ -9,6 +9,7 @@ import pytest
 
 from e2e_kube import wait_for
 from kube_objects import node, pod
+from page_text import text
 from phalanx.k8s.view.server import serve
 from test_shadow import _bound, _shadow
 
@@ -29,11 +30,10 @@ def test_the_dashboard_shows_the_shadow_summary_and_its_verdicts(chrome: Any) ->
     server = serve(0, s.metrics, lambda: True, s.board, address="127.0.0.1")
     try:
         chrome.get(f"http://127.0.0.1:{server.server_port}/dashboard/")
-        text = wait_for("the shadow section", lambda: chrome.find_elements("id", "shadow") and
-                        chrome.find_element("id", "shadow").text)  # fmt: skip
-        assert "Shadow of default-scheduler" in text and "1 placement(s) judged, 0 agreed" in text
-        assert "would have packed onto a fuller node" in text
-        recent = chrome.find_element("id", "recent").text
+        shown = wait_for("the shadow section", lambda: text(chrome, "#shadow"))
+        assert "Shadow of default-scheduler" in shown and "1 placement(s) judged, 0 agreed" in shown
+        assert "would have packed onto a fuller node" in shown
+        recent = text(chrome, "#recent")
         assert "shadow disagree" in recent and "Phalanx: n0" in recent
         assert [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
