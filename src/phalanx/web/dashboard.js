@@ -94,7 +94,6 @@ function workloadView(d) {
 }
 
 async function render() {
-  const view = document.getElementById("view");
   const route = decodeURIComponent(location.hash.replace(/^#\/?/, ""));
   const [kind, ...rest] = route.split("/");
   const name = rest.join("/");
@@ -103,16 +102,25 @@ async function render() {
     document.getElementById("meta").textContent = state.warming_up
       ? "waiting for the first cycle…"
       : `${state.mode} · updated ${when(state.generated)} · ${state.summary.nodes} nodes, ${state.summary.gpus} GPUs`;
-    if (state.warming_up) { view.innerHTML = `<p class="note">The scheduler has not finished a cycle since the dashboard was opened; it will appear within seconds.</p>`; return; }
+    if (state.warming_up) { show(`<p class="note">The scheduler has not finished a cycle since the dashboard was opened; it will appear within seconds.</p>`); return; }
     if (["node", "queue", "workload"].includes(kind) && name) {
       const d = await fetchJson(`api/${kind}/${encodeURIComponent(name)}`);
-      view.innerHTML = {node: nodeView, queue: queueView, workload: workloadView}[kind](d) + `<p><a href="#/">← back to the cluster</a></p>`;
+      show({node: nodeView, queue: queueView, workload: workloadView}[kind](d) + `<p><a href="#/">← back to the cluster</a></p>`);
     } else {
-      view.innerHTML = overview(state);
+      show(overview(state));
     }
   } catch (e) {
-    view.innerHTML = `<section><h2>Not available</h2><p>${esc(e.message)}</p></section>`;
+    show(`<section><h2>Not available</h2><p>${esc(e.message)}</p></section>`);
   }
+}
+
+// Redrawn only when it reads differently: a poll that changed nothing keeps the page as it is
+// (a text selection, a scrolled table, the elements a reader's tools point at).
+let shown = null;
+function show(html) {
+  if (html === shown) return;
+  shown = html;
+  document.getElementById("view").innerHTML = html;
 }
 
 window.addEventListener("hashchange", render);
