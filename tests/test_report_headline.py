@@ -98,3 +98,18 @@ def test_the_rendered_report_shows_the_spread_over_seeds(tmp_path: Path) -> None
     assert "+0.03 ±0.38 over fgd: tie" in page  # and the lead the headline judges
     csv = (tmp_path / "metrics.csv").read_text().splitlines()
     assert "alloc_x100_min" in csv[0] and "alloc_x100_ci95" in csv[0]
+
+
+def test_a_one_run_lead_that_rounds_to_nothing_is_a_tie() -> None:
+    from phalanx.report.headline import replay_headline
+
+    rows = [
+        {"profile": "phalanx-queues", "avg_jct_s": 3594.0},
+        {"profile": "k8s-default", "avg_jct_s": 3594.4},
+        {"profile": "fifo", "avg_jct_s": 4100.0},
+    ]
+    said = replay_headline("capture", rows)
+    assert "phalanx-queues and k8s-default tie" in said and "below" not in said and "fifo" not in said
+    rows[1]["avg_jct_s"] = 3800.0
+    said = replay_headline("capture", rows)
+    assert "phalanx-queues has the lowest" in said and "5 % below k8s-default" in said

@@ -167,6 +167,9 @@ def _best(
     return (vals[0][0], vals[0][1], vals[1:]) if vals else ("", math.nan, [])
 
 
+TIE_SHARE = 0.005  # a lead under half a per cent of the JCT, in a single run, is not a lead
+
+
 def replay_headline(name: str, rows: Sequence[Mapping[str, object]]) -> str:
     """The time replay's headline: the lowest average JCT (one run: the replay has one seed)."""
     who, v, rest = _best(rows, "avg_jct_s", high=False)
@@ -174,6 +177,13 @@ def replay_headline(name: str, rows: Sequence[Mapping[str, object]]) -> str:
         return ""
     if rest:
         other, ov = rest[0]
+        if ov - v <= TIE_SHARE * ov:  # would read "0 % below": one run cannot tell them apart
+            tied = [who, *(p for p, x in rest if x - v <= TIE_SHARE * x)]
+            names = ", ".join(tied[:-1]) + f" and {tied[-1]}"
+            return (
+                f"In the time replay of {name} (one run, no spread over seeds), {names} tie on "
+                f"average job completion time ({seconds(v)}, within {100 * TIE_SHARE:.1f} % of the lowest)."
+            )
         return (
             f"In the time replay of {name} (one run, no spread over seeds), {who} has the lowest "
             f"average job completion time, {seconds(v)}, "
