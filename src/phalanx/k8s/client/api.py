@@ -31,7 +31,7 @@ JSON = {"Content-Type": "application/json"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
-def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
+def cluster_verification(config: SingleConfig) -> ssl.SSLContext | None:
     """The cluster's verification context, built once per connection: loading a CA bundle
     costs tens of milliseconds of OpenSSL. A plain `http://` server (a test's fake, `kubectl
     proxy`) speaks no TLS, so nothing is loaded for it."""
@@ -139,7 +139,7 @@ class Api:
         single = config.get()
         if single is None:
             raise ValueError("the kubeconfig names no current context")
-        context = tls_context(single)
+        context = cluster_verification(single)
         params = client_params(single, context, httpx.Timeout(timeout_s))
         transport: Transport
         if DirectTransport.usable(single):
