@@ -135,6 +135,28 @@ def test_k8s_default_deadlocks_in_the_replay_and_phalanx_does_not():
     assert ends == [100.0, 200.0]
 
 
+def test_a_job_that_never_fits_is_measured_to_the_same_end_by_every_profile():
+    """A job larger than any node waits to the end, but the end is the last completion, not the last
+    cycle a profile's guards ask for: allocation and the longest wait read alike for profiles that
+    placed the same work (a capture's replay read 5 % vs 50 % before)."""
+    nodes = [Node(f"n{k}", 32_000, 65536, tuple(Gpu(i, "V100", 16384) for i in range(4))) for k in range(2)]
+    jobs = [
+        JobSpec("a", 0.0, 3000.0, 4, tasks=1),
+        JobSpec("b", 20.0, 1000.0, 2, tasks=1),
+        JobSpec("never", 30.0, 500.0, 64, tasks=1),
+    ]
+    read = {}
+    for name in ("phalanx-queues", "k8s-default"):
+        res = replay(nodes, jobs, load_profile(name))
+        assert res.starved == ["never"] and len(res.completed()) == 2
+        assert res.end() == 3000.0
+        read[name] = (res.time_avg_alloc(), res.summary()["max_wait_large_s"])
+    assert read["phalanx-queues"] == pytest.approx(read["k8s-default"])
+    alloc, wait = read["k8s-default"]
+    assert wait == 3000.0 - 30.0
+    assert alloc == pytest.approx((4 * 3000 + 2 * 1000) / 8 / 3000)
+
+
 def test_runtime_model_penalises_spread_missing_cache_and_sharing():
     model = RuntimeModel(default_runtime())
     job = JobShape(gpus=8, duration=1000.0, iterations=1000, model="vgg16")

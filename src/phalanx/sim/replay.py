@@ -124,9 +124,16 @@ class ReplayResult:
         errors = [t - started[n] for n, t in self.eta.items() if t is not None and n in started]
         return np.array(errors, dtype=np.float64)
 
+    def end(self) -> float:
+        """When the replay's work ended: the last completion, or the last arrival when later. Not
+        the last cycle: a profile whose guards tick on while a job that never fits waits would
+        otherwise be measured over a longer, idle span than one that stops at the last completion."""
+        ends = [j.end for j in self.jobs if j.end is not None]
+        return max([*ends, *(j.spec.submit for j in self.jobs)], default=0.0)
+
     def max_large_wait(self) -> float:
         """Longest wait of a gang of at least `large_gpus` GPUs (until the end for one never started)."""
-        end = self.samples[-1].time if self.samples else 0.0
+        end = self.end()
         waits = [
             (j.wait if j.wait is not None else end - j.spec.submit)
             for j in self.jobs
@@ -203,12 +210,13 @@ class ReplayResult:
         }
 
     def time_avg_alloc(self) -> float:
-        """Time-weighted GPU allocation from the first arrival to the last completion."""
-        s = self.samples
+        """Time-weighted GPU allocation from the first sample to the end (`end`)."""
+        end = self.end()
+        s = [x for x in self.samples if x.time <= end]
         if len(s) < 2:
             return 0.0
-        t = np.array([x.time for x in s])
-        a = np.array([x.gpu_alloc for x in s])
+        t = np.array([x.time for x in s] + ([end] if s[-1].time < end else []))
+        a = np.array([x.gpu_alloc for x in s] + ([s[-1].gpu_alloc] if s[-1].time < end else []))
         span = t[-1] - t[0]
         return float((a[:-1] * np.diff(t)).sum() / span) if span > 0 else float(a[-1])
 
