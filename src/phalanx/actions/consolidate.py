@@ -52,6 +52,8 @@ class Consolidate:
             key = entry.demand_key
             if entry.name not in session.pending or entry.bound or key in failed:
                 continue
+            if not entry.workload.preempts:  # preemptionPolicy Never: moves nobody to be placed
+                continue
             gang, _ = gang_tasks(entry)
             if not gang:
                 continue

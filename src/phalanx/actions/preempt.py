@@ -87,6 +87,8 @@ class Preempt:
         for entry in entries:
             if tries >= self.max_preemptors:
                 break
+            if not entry.workload.preempts:  # preemptionPolicy Never: free room only
+                continue
             q = entry.workload.queue
             below = entry.workload.priority > lowest_priority(session, q)
             if self.by == "priority" and not below:

@@ -388,6 +388,9 @@ class Workload:
     subgroups: tuple[SubGroup, ...] = ()
     # preempted only whole, never shrunk to its minimum (Kubernetes' disruptionMode: PodGroup)
     preempt_whole: bool = False
+    # may evict others to be placed (preempt, reclaim, consolidate); Kubernetes' preemptionPolicy
+    # Never says no: it is placed only in free room, ahead of lower priority all the same
+    preempts: bool = True
     # how its user names a task and writes its minimum, for reasons only ("pod", "minMember 4");
     # "" minimum: the core's own words. Never read by a decision
     task_noun: str = "task"

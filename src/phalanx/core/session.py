@@ -114,6 +114,8 @@ class Session:
         heads: dict[tuple[str, object], WorkloadEntry] = {}
         for q in queues:
             for e in by_queue.get(q, ()):
+                if not e.workload.preempts:  # preemptionPolicy Never: free room only
+                    continue
                 k = (q, e.demand_key)
                 h = heads.get(k)
                 if h is None or self.order_key(e) < self.order_key(h):

@@ -87,6 +87,7 @@ class WorkloadSpec(_Strict):
     min_available: int | None = None
     subgroups: list[SubGroupSpec] = Field(default_factory=list)
     preempt_whole: bool = False
+    preempts: bool = True  # false: Kubernetes' preemptionPolicy Never (placed in free room only)
     queue: str = "default"
     priority: int = 0
     preemptible: bool = True
@@ -193,6 +194,7 @@ def build_workload(w: WorkloadSpec, where: str, dra: DraContext | None = None) -
             topology=topo,
             subgroups=subs,
             preempt_whole=w.preempt_whole,
+            preempts=w.preempts,
         )
 
 

@@ -1,11 +1,15 @@
-"""Status written on Kubernetes-native PodGroups (scheduling.k8s.io) that hold our pods.
+"""Status written on Kubernetes-native PodGroups (scheduling.k8s.io) that hold our pods, and on
+the CompositePodGroups (1.37) above them.
 
-Two conditions, in the API's own words: `PodGroupScheduled` (True once the gang is placed; False
-with reason `Unschedulable` while it waits for room or for its pods, and the start forecast when
-there is one, or `SchedulerError` when its spec cannot be honoured) and `DisruptionTarget`
-(True, reason `PreemptionByScheduler`, when all its placed pods are preempted; False again once it is placed
-anew). Conditions of other types on the object are kept. Written only when they change, through
-the explainer's background writer. PodGroups without our pods belong to another scheduler.
+Two conditions, in the API's own words. The scheduled one is `PodGroupScheduled` on a v1alpha2
+PodGroup (1.36: True while the gang is placed; False with reason `Unschedulable` while it waits
+for room or for its pods, and the start forecast when there is one, or `SchedulerError` when its
+spec cannot be honoured), `PodGroupInitiallyScheduled` on a v1beta1 one and
+`CompositePodGroupInitiallyScheduled` on a CompositePodGroup (1.37: the same, except that once
+True it stays True: a preemption is said by the other condition). `DisruptionTarget` (True,
+reason `PreemptionByScheduler`, when all its placed pods are preempted; False again once it is
+placed anew). Conditions of other types on the object are kept. Written only when they change,
+through the explainer's background writer. Groups without our pods belong to another scheduler.
 """
 
 from __future__ import annotations
@@ -20,9 +24,18 @@ from phalanx.k8s.read.lifecycle import gang_status
 from phalanx.k8s.read.native import is_native
 from phalanx.k8s.read.world import World
 
-SCHEDULED = "PodGroupScheduled"
+SCHEDULED = "PodGroupScheduled"  # v1alpha2 (1.36)
+INITIALLY = "PodGroupInitiallyScheduled"  # v1beta1 (1.37)
+COMPOSITE = "CompositePodGroupInitiallyScheduled"
 DISRUPTION = "DisruptionTarget"
-OURS = (SCHEDULED, DISRUPTION)
+OURS = (SCHEDULED, INITIALLY, COMPOSITE, DISRUPTION)
+
+
+def scheduled_type(obj: dict[str, Any]) -> str:
+    """The object's scheduled condition, by kind and version; its value sticks at True unless 1.36's."""
+    if obj.get("kind") == "CompositePodGroup":
+        return COMPOSITE
+    return SCHEDULED if str(obj.get("apiVersion", "")).endswith("/v1alpha2") else INITIALLY
 
 
 class NativeStatus:
@@ -55,6 +68,7 @@ class NativeStatus:
                 del preempted[name]
         for name, g in world.groups.items():
             objs = g.members or ([g.pod_group] if is_native(g.pod_group) and g.pod_group else [])
+            objs = objs + g.composites
             if not objs:
                 continue
             st = gang_status(world, name, bound)
@@ -73,7 +87,11 @@ class NativeStatus:
                 uid = str((obj.get("metadata") or {}).get("uid", ""))
                 if name in preempted:
                     self.disrupted[uid] = preempted[name]
-                conds = [(SCHEDULED, *cond)]
+                kind = scheduled_type(obj)
+                mine = cond
+                if kind != SCHEDULED and cond[0] != "True" and self._was_scheduled(obj, uid, kind):
+                    mine = ("True", "Scheduled", "placed once: a preemption is said by DisruptionTarget")
+                conds = [(kind, *mine)]
                 if uid in self.disrupted:
                     if cond[0] == "True":
                         conds.append((DISRUPTION, "False", "Scheduled", "placed again after its preemption"))
@@ -81,6 +99,13 @@ class NativeStatus:
                     else:
                         conds.append((DISRUPTION, "True", "PreemptionByScheduler", self.disrupted[uid]))
                 self._patch(obj, uid, tuple(conds))
+
+    def _was_scheduled(self, obj: dict[str, Any], uid: str, kind: str) -> bool:
+        """An InitiallyScheduled condition already True, by us or on the object: it stays True."""
+        if self.since.get((uid, kind), ("",))[0] == "True":
+            return True
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
 
     def _patch(self, obj: dict[str, Any], uid: str, conds: tuple[tuple[str, str, str, str], ...]) -> None:
         key = tuple((t, s, m) for t, s, _, m in conds)
@@ -105,10 +130,11 @@ class NativeStatus:
                 c["observedGeneration"] = meta["generation"]
             out.append(c)
         body = {"conditions": kept + out}
-        kind_key = f"{obj.get('apiVersion')}/podgroups"
+        plural = "compositepodgroups" if obj.get("kind") == "CompositePodGroup" else "podgroups"
+        kind_key = f"{obj.get('apiVersion')}/{plural}"
         name, ns = str(meta.get("name")), str(meta.get("namespace"))
         if self.submit(
-            f"the status of PodGroup {ns}/{name}",
+            f"the status of {obj.get('kind') or 'PodGroup'} {ns}/{name}",
             lambda: self.api.patch_status(kind_key, name, ns, body),
         ):
             self.said[uid] = key

@@ -75,9 +75,23 @@ NATIVE_POD_GROUPS = (
         superseded_by="scheduling.k8s.io/v1beta1/podgroups",
     ),
 )
+# Kubernetes' own multi-level gangs (phalanx.k8s.read.composite): alpha in 1.37 behind the
+# CompositePodGroup gate, beta planned for 1.38 (watched there when served)
+COMPOSITE_POD_GROUPS = (
+    Kind("scheduling.k8s.io", "v1beta1", "compositepodgroups", True, "CompositePodGroup"),
+    Kind(
+        "scheduling.k8s.io",
+        "v1alpha3",
+        "compositepodgroups",
+        True,
+        "CompositePodGroup",
+        superseded_by="scheduling.k8s.io/v1beta1/compositepodgroups",
+    ),
+)
 POD_GROUPS = (
     *(Kind(g, v, p, True, "PodGroup") for g, v, p in keys.POD_GROUP_KINDS),
     *NATIVE_POD_GROUPS,
+    *COMPOSITE_POD_GROUPS,
 )
 QUEUES = tuple(Kind(g, v, p, False, "Queue") for g, v, p in keys.QUEUE_KINDS)
 OUR_POD_GROUPS = POD_GROUPS[0]

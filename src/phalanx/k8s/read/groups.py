@@ -22,7 +22,7 @@ from typing import Any
 from phalanx.core.errors import SpecError
 from phalanx.core.model import PodSet, SubGroup, TaskRequest, TopologyConstraint, Workload
 from phalanx.k8s import keys
-from phalanx.k8s.read import native
+from phalanx.k8s.read import composite, native
 from phalanx.k8s.read.contain import describe
 from phalanx.k8s.read.pods import PodInfo, timestamp
 from phalanx.spec.quantity import whole_number
@@ -52,9 +52,11 @@ class Group:
     missing: int = 0  # members the minimum still needs: pods not created yet
     waiting: str = ""  # why it waits for them ("... waiting for 1 more pod"); empty if it does not
     priority: int | None = None  # a native PodGroup's spec.priority; None: the pods' highest
-    preempt_whole: bool = False  # a native PodGroup's disruptionMode: PodGroup
+    preempt_whole: bool = False  # a native PodGroup's disruptionMode: PodGroup ({all: {}})
+    preempts: bool = True  # False: a native group's preemptionPolicy Never (evicts nobody)
     subgroups: list[native.SubGroupOf] = field(default_factory=list)  # a multi-level gang's levels
     members: list[dict[str, Any]] = field(default_factory=list)  # native PodGroups merged into it
+    composites: list[dict[str, Any]] = field(default_factory=list)  # the CompositePodGroups of its tree
     minimum_said: str = ""  # the minimum as its user wrote it, for reasons ("minMember 4")
 
     @property
@@ -109,10 +111,14 @@ def group_pods(
     `levels`: the topology levels, to map native topology keys onto."""
     by_name: dict[tuple[str, str], dict[str, Any]] = {}
     natives: dict[tuple[str, str], dict[str, Any]] = {}
+    composites: dict[tuple[str, str], dict[str, Any]] = {}
     ordered = sorted(pod_groups, key=lambda o: not keys.is_ours(o))
     for pg in ordered:
         meta = pg.get("metadata") or {}
         at = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+        if composite.is_composite(pg):  # no pod names one: not a PodGroup of that name
+            composites.setdefault(at, pg)
+            continue
         by_name.setdefault(at, pg)
         if native.is_native(pg):
             natives.setdefault(at, pg)
@@ -140,7 +146,7 @@ def group_pods(
     for g in groups.values():
         if not g.waiting:
             _settle(g, levels)
-    return _by_workload(list(groups.values()))
+    return _by_composite(_by_workload(list(groups.values())), natives, composites, levels)
 
 
 def _owner(p: PodInfo) -> tuple[str, str] | None:
@@ -230,6 +236,7 @@ def _native(g: Group, spec: native.NativeSpec, have: int) -> None:
     g.topology = spec.topology
     g.priority = spec.priority
     g.preempt_whole = spec.preempt_whole
+    g.preempts = spec.preempts
     if spec.gang and g.min_available > have:
         _below_minimum(g, kind, have)
 
@@ -278,48 +285,152 @@ def _by_workload(groups: list[Group]) -> list[Group]:
     """Native PodGroups of one Workload made from different templates (prefill and decode, a
     driver and its workers) are one multi-level gang: each PodGroup a subgroup with its own
     minimum and topology, the whole all-or-nothing. PodGroups of one template (replicas, as a
-    LeaderWorkerSet makes them) stay gangs of their own."""
+    LeaderWorkerSet makes them) stay gangs of their own; those of a CompositePodGroup tree are
+    its (`_by_composite`)."""
     by_workload: dict[tuple[str, str], list[Group]] = {}
     for g in groups:
-        if native.is_native(g.pod_group):
-            ref = ((g.pod_group or {}).get("spec") or {}).get("podGroupTemplateRef") or {}
-            wname = str((ref.get("workload") or {}).get("workloadName") or "")
+        if native.is_native(g.pod_group) and not composite.parent_of(g.pod_group or {}):
+            wname = native.template_of(g.pod_group or {})[0]
             if wname:
                 by_workload.setdefault((g.namespace, wname), []).append(g)
     out = [g for g in groups]
     for (ns, wname), members in sorted(by_workload.items()):
-        templates = {
-            str(
-                (((m.pod_group or {}).get("spec") or {}).get("podGroupTemplateRef") or {})
-                .get("workload", {})
-                .get("podGroupTemplateName", "")
-            )
-            for m in members
-        }
+        templates = {native.template_of(m.pod_group or {})[1] for m in members}
         if len(templates) < 2:
             continue
-        merged = Group(f"{ns}/Workload/{wname}", ns, [p for m in members for p in m.pods])
-        merged.members = [m.pod_group for m in members if m.pod_group is not None]
-        merged.problems = [x for m in members for x in m.problems]
-        merged.waiting = "; ".join(m.waiting for m in members if m.waiting)
-        merged.missing = sum(m.missing for m in members)
-        merged.ended = {k: sum(m.ended.get(k, 0) for m in members) for k in ("Succeeded", "Failed")}
-        merged.priority = max((m.priority for m in members if m.priority is not None), default=None)
-        merged.preempt_whole = any(m.preempt_whole for m in members)
-        merged.queue = next((m.queue for m in members if m.queue), "")
-        merged.subgroups = [
-            native.SubGroupOf(
-                m.name.split("/", 1)[1],
-                max(1, min(m.min_available - m.ran, len(m.pods))),
-                m.topology,
-                [p.key for p in m.pods],
-            )
-            for m in members
-        ]
-        merged.min_available = sum(sg.min_available for sg in merged.subgroups)
-        merged.minimum_said = "minCount " + "+".join(str(m.min_available) for m in members)
+        merged = _merge(f"{ns}/Workload/{wname}", ns, members)
         out = [g for g in out if g not in members] + [merged]
     return out
+
+
+def _merge(name: str, ns: str, members: list[Group]) -> Group:
+    """Native PodGroups as one multi-level gang: each a subgroup with its own minimum and topology."""
+    merged = Group(name, ns, [p for m in members for p in m.pods])
+    merged.members = [m.pod_group for m in members if m.pod_group is not None]
+    merged.problems = [x for m in members for x in m.problems]
+    merged.waiting = "; ".join(m.waiting for m in members if m.waiting)
+    merged.missing = sum(m.missing for m in members)
+    merged.ended = {k: sum(m.ended.get(k, 0) for m in members) for k in ("Succeeded", "Failed")}
+    merged.priority = max((m.priority for m in members if m.priority is not None), default=None)
+    merged.preempt_whole = any(m.preempt_whole for m in members)
+    merged.preempts = all(m.preempts for m in members)
+    merged.queue = next((m.queue for m in members if m.queue), "")
+    merged.subgroups = [
+        native.SubGroupOf(
+            m.name.split("/", 1)[1],
+            max(1, min(m.min_available - m.ran, len(m.pods))),
+            m.topology,
+            [p.key for p in m.pods],
+        )
+        for m in members
+    ]
+    merged.min_available = sum(sg.min_available for sg in merged.subgroups)
+    merged.minimum_said = "minCount " + "+".join(str(m.min_available) for m in members)
+    return merged
+
+
+Key = tuple[str, str]
+
+
+def _by_composite(
+    groups: list[Group],
+    natives: dict[Key, dict[str, Any]],
+    composites: dict[Key, dict[str, Any]],
+    levels: tuple[tuple[str, str], ...],
+) -> list[Group]:
+    """The PodGroups of one CompositePodGroup tree (1.37) as one multi-level gang (`_tree`)."""
+    out: list[Group] = []
+    trees: dict[Key, list[Group]] = {}
+    for g in groups:
+        pg = g.pod_group
+        if pg is None or not native.is_native(pg) or not composite.parent_of(pg):
+            out.append(g)
+            continue
+        try:
+            up = composite.chain(pg, composites)
+        except composite.NotYet as e:
+            g.waiting = g.waiting or str(e)
+            out.append(g)
+            continue
+        except SpecError as e:
+            g.problems.append(describe("PodGroup", pg, e))
+            out.append(g)
+            continue
+        trees.setdefault(composite.key_of(up[-1]), []).append(g)
+    for root, members in sorted(trees.items()):
+        out += _tree(root, members, natives, composites, levels)
+    return out
+
+
+def _tree(
+    root: Key,
+    members: list[Group],
+    natives: dict[Key, dict[str, Any]],
+    composites: dict[Key, dict[str, Any]],
+    levels: tuple[tuple[str, str], ...],
+) -> list[Group]:
+    """One tree: its gang levels checked against what the core places (every subgroup, one level of
+    them), its PodGroups merged; a `basic` root leaves them the gangs they are."""
+    ns, name = root
+    tree = [root, *_inner(root, natives, composites)]
+    problems: list[str] = []
+    specs: dict[Key, composite.CompositeSpec] = {}
+    for k in tree:
+        try:
+            specs[k] = composite.read(composites[k], levels)
+        except SpecError as e:
+            problems.append(describe(composite.KIND, composites[k], e))
+    top = specs.get(root)
+    if top is not None and top.min_groups is None:  # basic: no gang over its PodGroups
+        if top.topology is not None:
+            for m in members:
+                m.problems.append(
+                    f"{composite.KIND} {ns}/{name}: spec.schedulingConstraints: a topology constraint over "
+                    "a basic (non-gang) tree is not honoured: make it a gang (minGroupCount) or drop it"
+                )
+        return members
+    merged = _merge(f"{ns}/{composite.KIND}/{name}", ns, members)
+    merged.composites = [composites[k] for k in tree]
+    merged.problems += problems
+    waiting = [merged.waiting] if merged.waiting else []
+    have = {composite.key_of(m.pod_group) for m in members if m.pod_group is not None}
+    for k, spec in specs.items():
+        label = f"{composite.KIND} {k[0]}/{k[1]}"
+        if k != root and spec.topology is not None:
+            merged.problems.append(
+                f"{label}: spec.schedulingConstraints: a topology constraint on an inner level of a "
+                "tree is not honoured yet (Phalanx places topology at the root and at each PodGroup)"
+            )
+        kids = sum(len(x) for x in composite.children(k, natives, composites))
+        if spec.min_groups is not None and spec.min_groups < kids:
+            merged.problems.append(
+                f"{label}: spec.schedulingPolicy.gang.minGroupCount: {spec.min_groups} of the {kids} "
+                f"groups under it: Phalanx places every group (set it to {kids})"
+            )
+        elif spec.min_groups is not None and spec.min_groups > kids:
+            waiting.append(
+                f"{label}: waiting for {spec.min_groups - kids} more group(s) "
+                f"(minGroupCount {spec.min_groups})"
+            )
+    for k in composite.leaves(root, natives, composites):
+        if k not in have:  # a PodGroup of the tree none of whose pods exists yet
+            need = native.min_member(natives[k], f"PodGroup {k[0]}/{k[1]}")
+            merged.missing += need
+            waiting.append(f"PodGroup {k[0]}/{k[1]}: waiting for {more_pods(need)}")
+    merged.waiting = "; ".join(waiting)
+    if top is not None:
+        merged.topology = top.topology
+        if top.priority is not None:
+            merged.priority = top.priority if merged.priority is None else max(top.priority, merged.priority)
+    merged.preempt_whole = merged.preempt_whole or any(s.preempt_whole for s in specs.values())
+    merged.preempts = merged.preempts and all(s.preempts for s in specs.values())
+    return [merged]
+
+
+def _inner(root: Key, natives: dict[Key, dict[str, Any]], composites: dict[Key, dict[str, Any]]) -> list[Key]:
+    """The CompositePodGroups under `root`, at any depth."""
+    _, kids = composite.children(root, natives, composites)
+    return kids + [k for c in kids for k in _inner(c, natives, composites)]
 
 
 def more_pods(k: int) -> str:
@@ -392,6 +503,7 @@ def workload_of(g: Group, queue: str) -> Workload:
         quota_exempt=g.exempt,
         subgroups=subgroups,
         preempt_whole=g.preempt_whole,
+        preempts=g.preempts and all(p.preempts for p in g.pods),
         task_noun="pod",
         minimum_said=g.minimum_said,
     )

@@ -1,14 +1,19 @@
-"""Kubernetes-native gangs (scheduling.k8s.io PodGroup, v1alpha2 in 1.36, v1beta1 in 1.37) read as
-a dialect beside ours, KAI's and Volcano's, and the subgroups of ours and KAI's PodGroups.
+"""Kubernetes-native gangs (scheduling.k8s.io: PodGroup v1alpha2 in 1.36, v1beta1 in 1.37;
+CompositePodGroup v1alpha3 in 1.37) read as a dialect beside ours, KAI's and Volcano's, and the
+subgroups of ours and KAI's PodGroups.
 
 A pod joins a native PodGroup with `spec.schedulingGroup.podGroupName`. The PodGroup carries a
 copy of its Workload template's policy: `schedulingPolicy.gang.minCount` (or `basic: {}`, pods
-placed one by one), `schedulingConstraints.topology[].key` (node label keys, mapped onto the
-configured topology levels; always required), `priority` / `priorityClassName`,
-`disruptionMode` (`PodGroup`: preempted whole) and `resourceClaims` (claims its pods share,
-allocated once and reserved for the PodGroup: `group_claims`). The reader goes by field
-names, never by version, and accepts the names 1.37 is expected to keep; a field it does not
-know is ignored, a value it cannot honour is a problem that keeps the gang waiting, said so.
+placed one by one; mutable from 1.37, read anew each cycle), `schedulingConstraints.topology[].key`
+(node label keys, mapped onto the configured topology levels; always required), `priority` /
+`priorityClassName`, `disruptionMode` (preempted whole: the string `PodGroup` in v1alpha2, the
+union `{all: {}}` in v1beta1), `preemptionPolicy` (1.37: `Never` evicts nobody to be placed) and
+`resourceClaims` (claims its pods share, allocated once and reserved for the PodGroup:
+`group_claims`). Its Workload is `podGroupTemplateRef.workload` (v1alpha2) or `workloadRef`
+(v1beta1), and a PodGroup of a CompositePodGroup tree names its parent in
+`parentCompositePodGroupName`: the tree is one multi-level gang (`composite_of`). The reader goes
+by field names, never by version; a field it does not know is ignored, a value it cannot honour
+is a problem that keeps the gang waiting, said so.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ class NativeSpec:
     topology: TopologyConstraint | None = None
     priority: int | None = None
     preempt_whole: bool = False
-    workload: str = ""  # spec.podGroupTemplateRef.workload.workloadName
-    template: str = ""  # ... .podGroupTemplateName
+    preempts: bool = True  # preemptionPolicy: Never says False
+    workload: str = ""  # the Workload it was made from (`template_of`)
+    template: str = ""  # ... and its template
     problems: list[str] = field(default_factory=list)
 
 
@@ -75,10 +81,11 @@ def level_of(key: str, levels: tuple[tuple[str, str], ...], where: str) -> str:
     raise SpecError(where, f"no topology level has node label key {key!r} (levels: {known}, {HOSTNAME})")
 
 
-def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> NativeSpec:
-    """The PodGroup's policy; raises SpecError naming the field that is wrong."""
+def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...], noun: str = "PodGroup") -> NativeSpec:
+    """The PodGroup's policy (or a CompositePodGroup's: `noun`, for messages); raises SpecError
+    naming the field that is wrong."""
     meta = pg.get("metadata") or {}
-    kind = f"PodGroup {meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    kind = f"{noun} {meta.get('namespace', 'default')}/{meta.get('name', '')}"
     spec = pg.get("spec") or {}
     out = NativeSpec()
     policy = spec.get("schedulingPolicy") or {}
@@ -101,14 +108,53 @@ def read_spec(pg: dict[str, Any], levels: tuple[tuple[str, str], ...]) -> Native
         out.topology = TopologyConstraint(min(found, key=order.index), True)
     if spec.get("priority") is not None:
         out.priority = whole_number(spec["priority"], f"{kind}: spec.priority", -(2**31))
-    mode = str(spec.get("disruptionMode") or "Pod")
-    if mode not in ("Pod", "PodGroup"):
-        raise SpecError(f"{kind}: spec.disruptionMode", f"must be Pod or PodGroup, got {mode!r}")
-    out.preempt_whole = mode == "PodGroup"
-    ref = (spec.get("podGroupTemplateRef") or {}).get("workload") or {}
-    out.workload = str(ref.get("workloadName") or "")
-    out.template = str(ref.get("podGroupTemplateName") or "")
+    out.preempt_whole = disrupted_whole(spec, kind)
+    out.preempts = preempts(spec, kind)
+    out.workload, out.template = template_of(pg)
     return out
+
+
+# disruptionMode: v1alpha2 (1.36) writes a string, v1beta1 (1.37) a union of one empty member
+_WHOLE = {"PodGroup": True, "Pod": False, "All": True, "Single": False, "all": True, "single": False}
+
+
+def disrupted_whole(spec: dict[str, Any], kind: str) -> bool:
+    """`disruptionMode`: True when the group is preempted only whole (`PodGroup`, `{all: {}}`)."""
+    mode = spec.get("disruptionMode")
+    where = f"{kind}: spec.disruptionMode"
+    if mode is None:
+        return False
+    if isinstance(mode, dict):
+        set_ = [k for k, v in mode.items() if v is not None]
+        if len(set_) != 1 or set_[0] not in ("all", "single"):
+            raise SpecError(where, f"must set exactly one of all: {{}} or single: {{}}, got {mode!r}")
+        return _WHOLE[set_[0]]
+    if isinstance(mode, str) and mode in _WHOLE:
+        return _WHOLE[mode]
+    raise SpecError(where, f"must be {{all: {{}}}} or {{single: {{}}}} (1.36: PodGroup or Pod), got {mode!r}")
+
+
+def preempts(spec: dict[str, Any], kind: str) -> bool:
+    """`preemptionPolicy` (1.37): `Never` places the group only in free room, evicting nobody."""
+    policy = spec.get("preemptionPolicy")
+    if policy in (None, "PreemptLowerPriority"):
+        return True
+    if policy == "Never":
+        return False
+    raise SpecError(
+        f"{kind}: spec.preemptionPolicy", f"must be PreemptLowerPriority or Never, got {policy!r}"
+    )
+
+
+def template_of(pg: dict[str, Any]) -> tuple[str, str]:
+    """(Workload name, template name) the group was made from: `workloadRef` (1.37) or
+    `podGroupTemplateRef.workload` (1.36); ("", "") for a group made by hand."""
+    spec = pg.get("spec") or {}
+    ref = spec.get("workloadRef")
+    if isinstance(ref, dict):
+        return str(ref.get("workloadName") or ""), str(ref.get("templateName") or "")
+    old = (spec.get("podGroupTemplateRef") or {}).get("workload") or {}
+    return str(old.get("workloadName") or ""), str(old.get("podGroupTemplateName") or "")
 
 
 def group_claims(pod: dict[str, Any], pg: dict[str, Any]) -> dict[str, str]:

@@ -48,6 +48,7 @@ class PodInfo:
     phase: str = ""  # status.phase (Pending, Running, ...)
     deletion: float = 0.0  # deletionTimestamp: the end of its grace period (0: not being deleted, or unknown)
     scheduling_group: str = ""  # spec.schedulingGroup.podGroupName: a Kubernetes-native PodGroup
+    preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
 
     def tag(self, candidates: tuple[str, ...]) -> str:
         """The first of these keys found in labels, then annotations."""
@@ -100,6 +101,7 @@ def parse_pod(obj: dict[str, Any], cfg: AdapterConfig) -> PodInfo:
         phase=str(status.get("phase") or ""),
         deletion=timestamp(meta.get("deletionTimestamp")),
         scheduling_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
+        preempts=spec.get("preemptionPolicy") != "Never",
     )
     info.request = _request(spec, notes, cfg, where, ns)
     shared = info.request.gpu.kind in (GpuKind.FRACTION, GpuKind.MEMORY)

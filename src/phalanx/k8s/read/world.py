@@ -21,7 +21,7 @@ from phalanx.core.snapshot import Snapshot, gpu_seconds
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.read import native
+from phalanx.k8s.read import composite, native
 from phalanx.k8s.read.carry import Carry, Foreign, prune, record_nodes, reset_cycle_state
 from phalanx.k8s.read.claims import Claims, DraObjects, with_dra
 from phalanx.k8s.read.contain import Contain, describe, label, mapping, mappings, outlined
@@ -254,6 +254,8 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
 
 def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
     for pg in pod_groups:
+        if composite.is_composite(pg):
+            continue  # no pod joins one: it speaks through the gang of its tree
         gid = object_key(pg, "default")
         if gid not in w.pod_groups or keys.is_ours(pg):
             w.pod_groups[gid] = pg  # ours win a name clash, as in `group_pods`
@@ -475,6 +477,7 @@ def _workload(g: Group, queue: str, carry: Carry | None) -> Workload:
         g.exempt,
         tuple(g.subgroups),
         g.preempt_whole,
+        g.preempts,
         created(g.pod_group) if g.pod_group is not None else 0.0,
     )
     return carry.workload(g.name, key, lambda: workload_of(g, queue))
