@@ -1,20 +1,25 @@
-"""The adapter's read, offline: API objects -> the snapshot of a cycle, built from scratch or kept.
+"""The adapter's read, offline: API objects -> the snapshot of a cycle, built, kept or patched.
 
 N nodes of 8 GPUs, P one-GPU pods of ours bound with their device annotations (as the executor
-writes them). Three ways a cycle reads them (issue 25), CPU time of `build_world`, median of the
-cycles after two warm-up ones:
+writes them), held in a watch cache `Store` as the informers fill it. Four ways a cycle reads them
+(issues 25 and 34), CPU time of the read, median of the cycles after two warm-up ones:
 
-- scratch: a fresh snapshot every cycle (as before the kept snapshot), 15 new pods a cycle;
-- kept: the snapshot kept between cycles (`phalanx.k8s.read.carry`), 15 new pods a cycle, each
-  cycle's binds written back onto the pods the way the executor does;
+- scratch: a fresh snapshot every cycle (as before the kept snapshot), NEW new pods a cycle;
+- kept: the snapshot kept between cycles (`phalanx.k8s.read.carry`), every object read, NEW new pods
+  a cycle, each cycle's binds written back onto the pods the way the executor does;
+- patched: the kept world patched from the store's change feed (`phalanx.k8s.read.patch`), the same
+  changes as kept;
 - reused: nothing new since a cycle that bound nothing (one pod waits that fits nowhere).
 
-    python benchmarks/bench_world.py [--nodes 5000 --pods 20000 --cycles 12]
+The core's decision for the same cycle (`run_cycle`) is timed beside it, and the peak RSS said.
+
+    python benchmarks/bench_world.py [--nodes 5000 --pods 20000 --cycles 12 --new 15]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -25,20 +30,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from kube_objects import node, pod
 from phalanx.core.cycle import run_cycle
+from phalanx.k8s.client.cache import Store
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.devices import binding_notes
+from phalanx.k8s.read.gather import gather
+from phalanx.k8s.read.patch import Feed
 from phalanx.k8s.read.translations import Translations
-from phalanx.k8s.read.world import build_world
 from phalanx.profiles import load_profile
 
 NOW = 1.8e9
-NEW = 15
 
 
 class Objects:
     def __init__(self, nodes: int, pods: int) -> None:
         self.rv = 0
+        self.store = Store()
         self.nodes = [self.stamp(node(f"n{i:05d}", gpus=8)) for i in range(nodes)]
         self.pods: list[dict[str, Any]] = []
         for i in range(pods):
@@ -46,6 +53,8 @@ class Objects:
             p = pod(f"run-{i}", gpus=1, node=f"n{i % nodes:05d}", annotations=notes)
             p["status"] = {"phase": "Running", "startTime": "2026-11-29T10:00:00Z"}
             self.pods.append(self.stamp(p))
+        self.store.replace("nodes", self.nodes)
+        self.store.replace("pods", self.pods)
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
@@ -53,8 +62,13 @@ class Objects:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         return obj
 
+    def event(self, obj: dict[str, Any]) -> None:
+        """What an informer does with a watch event for the pod."""
+        self.store.apply("pods", "MODIFIED", obj)
 
-def run(mode: str, nodes: int, pods: int, cycles: int) -> float:
+
+def run(mode: str, nodes: int, pods: int, cycles: int, new: int) -> tuple[float, float]:
+    """Median CPU seconds of the read and of the decision, per cycle."""
     o = Objects(nodes, pods)
     cfg = AdapterConfig()
     profile = load_profile(cfg.profile)
@@ -62,14 +76,26 @@ def run(mode: str, nodes: int, pods: int, cycles: int) -> float:
     rng = np.random.default_rng(0)
     if mode == "reused":
         o.pods.append(o.stamp(pod("too-big", gpus=16)))
-    took = []
+        o.event(o.pods[-1])
+    took, decided = [], []
     for c in range(cycles):
-        fresh = [] if mode == "reused" else [o.stamp(pod(f"new-{c}-{k}", gpus=1)) for k in range(NEW)]
+        fresh = [] if mode == "reused" else [o.stamp(pod(f"new-{c}-{k}", gpus=1)) for k in range(new)]
         o.pods += fresh
+        for p in fresh:
+            o.event(p)
         t0 = time.process_time()
-        w = build_world(o.nodes, o.pods, [], [], cfg, NOW + c, memo, carry=carry, stamp=o.rv)
-        took.append(time.process_time() - t0)
+        at = o.store.generation
+        feed = None
+        if mode == "patched":
+            changes = o.store.changes(carry.at) if carry is not None and carry.at is not None else None
+            feed = Feed(changes, lambda k: o.store.get("pods", k), lambda n: o.store.get("nodes", n))
+        w = gather(o.store.items, False, cfg).world(cfg, NOW + c, memo, carry, stamp=at, feed=feed)
+        if carry is not None:
+            carry.at = at
+        t1 = time.process_time()
+        took.append(t1 - t0)
         result = run_cycle(w.snapshot, profile, NOW + c, rng, apply=True)
+        decided.append(time.process_time() - t1)
         if carry is not None and (result.binds or result.evictions):
             carry.applied = True  # as the scheduler does
         by_key = {f"default/{p['metadata']['name']}": p for p in fresh}
@@ -79,7 +105,10 @@ def run(mode: str, nodes: int, pods: int, cycles: int) -> float:
             p["metadata"]["annotations"].update(binding_notes(b))
             o.rv += 1
             p["metadata"]["resourceVersion"] = str(o.rv)
-    return float(np.median(took[2:]))
+            o.event(p)
+    if mode == "patched":
+        assert carry is not None and carry.patched >= cycles - 1, f"patched {carry.patched} of {cycles}"
+    return float(np.median(took[2:])), float(np.median(decided[2:]))
 
 
 def main() -> None:
@@ -87,10 +116,16 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pods", type=int, default=20000)
     ap.add_argument("--cycles", type=int, default=12)
+    ap.add_argument("--new", type=int, default=15, help="new pods a cycle")
+    ap.add_argument("--modes", default="scratch,kept,patched,reused")
     a = ap.parse_args()
-    print(f"build_world, {a.nodes} nodes, {a.pods} bound pods: CPU ms per cycle (median)")
-    for mode in ("scratch", "kept", "reused"):
-        print(f"{mode:<8} {run(mode, a.nodes, a.pods, a.cycles) * 1000:8.1f}")
+    print(f"{a.nodes} nodes, {a.pods} bound pods, {a.new} new a cycle: CPU ms per cycle (median)")
+    print(f"{'mode':<8} {'read':>8} {'decide':>8}")
+    for mode in a.modes.split(","):
+        read, decide = run(mode, a.nodes, a.pods, a.cycles, a.new)
+        print(f"{mode:<8} {read * 1000:8.1f} {decide * 1000:8.1f}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {rss:.0f} MiB (the whole run)")
 
 
 if __name__ == "__main__":

@@ -264,15 +264,24 @@ def _established(crd: dict[str, Any] | None) -> bool:
 
 @contextmanager
 def running(kube: Kube, profile: str = "phalanx", **cfg: Any) -> Iterator[Scheduler]:
-    """A Phalanx scheduler in this process, cycling every 0.2 s until the block ends."""
+    """A Phalanx scheduler in this process, cycling every 0.2 s until the block ends. Its kept and
+    patched worlds are audited against one built from scratch every second: a difference fails the
+    test (the scheduler itself would log it and go on with the one from scratch)."""
     api = Api.connect(kubeconfig=str(kube.cp.kubeconfig))
-    settings = {"leader_elect": False, "cycle_seconds": 0.2, "rediscover_seconds": 1.0} | cfg
+    settings = {
+        "leader_elect": False,
+        "cycle_seconds": 0.2,
+        "rediscover_seconds": 1.0,
+        "world_audit_s": 1.0,
+    } | cfg
     s = Scheduler(api, AdapterConfig(profile=profile, **settings), load_profile(profile))
     s.start()
     t = threading.Thread(target=s.run, daemon=True)
     t.start()
     try:
         yield s
+        drift = s.metrics.drift._value.get()
+        assert drift == 0, f"the kept world differed from one built from scratch {drift:g} time(s)"
     finally:
         s.close()
         t.join(timeout=10)

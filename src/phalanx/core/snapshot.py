@@ -232,6 +232,10 @@ class Snapshot:
         self.foreign_on: list[list[tuple[DeviceAssignment, Leaving | None, ForeignUsage]]] = [
             [] for _ in ordered
         ]
+        # nodes whose state changed (binds, evictions, foreign usage, readiness, what-ifs and their
+        # undoing): a driver that keeps the snapshot looks again at these and at what its API changed,
+        # not at every node; it empties the set when it has
+        self.touched: set[int] = set()
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -445,6 +449,7 @@ class Snapshot:
     def hold_devices(self, node: int, devices: DeviceAssignment) -> None:
         """Devices in use by something this snapshot schedules no task for (another scheduler's claim)."""
         self.cluster.take(node, 0, 0, devices)
+        self.touched.add(node)
 
     def reserve_claim(self, alloc: ClaimAllocation) -> None:
         """A claim allocated (by us or another scheduler) whose pods are not all running here yet."""
@@ -458,6 +463,7 @@ class Snapshot:
         mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
         devices = DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems)
         c.take(i, usage.cpu_milli, usage.memory_mib, devices)
+        self.touched.add(i)
         self.foreign_gpu_milli += usage.gpu_milli * len(positions)
         lv = None
         if usage.ends is not None:
@@ -481,10 +487,12 @@ class Snapshot:
         if self.foreign_on[i]:
             self.release_epoch += 1
         self.foreign_on[i] = []
+        self.touched.add(i)
 
     def let_go(self, lv: Leaving, gone: bool = True) -> None:
         """A leaving usage is gone (what-ifs and forecasts), or back with `gone=False` (to undo that,
         newest first)."""
+        self.touched.add(lv.node)
         if gone:
             self.leaving.remove(lv)
             self.cluster.give(lv.node, lv.cpu_milli, lv.memory_mib, lv.devices)
@@ -497,6 +505,7 @@ class Snapshot:
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         self.cluster.set_ready(self.node_index(name), ready)
+        self.touched.add(self.node_index(name))
         if ready:
             self.release_epoch += 1
 
@@ -582,6 +591,7 @@ class Snapshot:
         if alloc.task.name in self.allocations:
             raise SpecError(f"task {alloc.task.name!r}", "is already bound")
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        self.touched.add(alloc.node)
         for c in alloc.claims:
             self.dra.take(c, self.dra_devices)
         entry.bound[alloc.task.name] = alloc
@@ -605,6 +615,7 @@ class Snapshot:
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
+        self.touched.add(alloc.node)
         for c in alloc.claims:
             self.dra.give(c.claim, self.dra_devices)
         del entry.bound[alloc.task.name]

@@ -1,7 +1,9 @@
 """Informers: list, then watch from the list's resourceVersion; resume after drops, relist on 410.
 
 The store keeps the latest version of every object by kind; each cycle reads a copy of it.
-`changed` is set by every event so that the scheduler can run a cycle early.
+`changed` is set by every event so that the scheduler can run a cycle early. Every change is also
+noted in a bounded change feed (`Store.changes`): a reader asks what changed since the generation it
+last read, and gets the keys by kind, or None when it fell behind the feed (then it reads everything).
 
 Which kinds are watched follows API discovery (`Informers`): a kind the server does not
 serve (a CRD that is not installed) is skipped with one INFO line and looked for again
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -38,21 +41,33 @@ def object_key(obj: dict[str, Any], default_namespace: str | None = None) -> str
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+# A whole kind changed (listed again, or no longer served): its readers read all of it.
+EVERY = "*"
+# Changes since a generation, by kind: the keys that changed, or None for the whole kind.
+Changes = dict[str, set[str] | None]
+
+
 class Store:
-    def __init__(self) -> None:
+    def __init__(self, feed: int = 200_000) -> None:
         self.lock = threading.Lock()
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
         self.synced: set[str] = set()
         self.changed = threading.Event()
         self.relists = 0
         self.generation = 0  # bumped by every change: lets readers skip work when nothing moved
+        # (generation, kind, key) of the last `feed` changes: what a reader missed since it last looked
+        self.feed: deque[tuple[int, str, str]] = deque(maxlen=feed)
+
+    def _moved(self, kind: str, key: str) -> None:
+        self.generation += 1
+        self.feed.append((self.generation, kind, key))
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         with self.lock:
             self.objects[kind] = {object_key(o): o for o in items}
             self.synced.add(kind)
             self.relists += 1
-            self.generation += 1
+            self._moved(kind, EVERY)
         self.changed.set()
 
     def drop(self, kind: str) -> None:
@@ -60,18 +75,39 @@ class Store:
         with self.lock:
             self.objects.pop(kind, None)
             self.synced.discard(kind)
-            self.generation += 1
+            self._moved(kind, EVERY)
         self.changed.set()
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
         with self.lock:
             table = self.objects.setdefault(kind, {})
             if event == "DELETED":
-                table.pop(object_key(obj), None)
+                table.pop(key, None)
             else:
-                table[object_key(obj)] = obj
-            self.generation += 1
+                table[key] = obj
+            self._moved(kind, key)
         self.changed.set()
+
+    def changes(self, since: int) -> Changes | None:
+        """What changed after generation `since`, by kind; None when the feed no longer reaches back
+        that far (the reader fell behind: it reads everything). Costs what changed, not what is held."""
+        with self.lock:
+            if since == self.generation:
+                return {}
+            if since > self.generation or not self.feed or self.feed[0][0] > since + 1:
+                return None
+            out: Changes = {}
+            for gen, kind, key in reversed(self.feed):
+                if gen <= since:
+                    break
+                if key == EVERY:
+                    out[kind] = None
+                    continue
+                keys = out.setdefault(kind, set())
+                if keys is not None:
+                    keys.add(key)
+            return out
 
     def items(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -245,4 +281,4 @@ class Informers(threading.Thread):
         return self.synced()
 
 
-__all__ = ["Informer", "Informers", "Store", "object_key"]
+__all__ = ["EVERY", "Changes", "Informer", "Informers", "Store", "object_key"]

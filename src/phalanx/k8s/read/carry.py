@@ -29,7 +29,8 @@ from phalanx.k8s.read.devices import decode
 from phalanx.k8s.read.pods import PodInfo
 from phalanx.plugins.order import LasOrder
 
-if TYPE_CHECKING:  # world.py builds on this module
+if TYPE_CHECKING:  # world.py and patch.py build on this module
+    from phalanx.k8s.read.patch import Index
     from phalanx.k8s.read.world import World
 
 # one of our pods to record on a node, and another scheduler's pod there with the GPUs it should
@@ -57,10 +58,13 @@ class Carry:
     workloads: dict[str, tuple[tuple[object, ...], Workload]] = field(default_factory=dict)
     made: set[str] = field(default_factory=set)  # workloads given a new Workload object this cycle
     world: World | None = None  # the last world built
+    index: Index | None = None  # what it was made of, by key, to patch it from the change feed
+    at: int | None = None  # the watch cache's generation it was read at (None: not from a store)
     stamp: object = None  # what its inputs were a version of
     applied: bool = True  # the cycle after it changed the snapshot (binds, evictions): not reusable
     reused: int = 0  # cycles that reused the last world as it was
     rebuilt: int = 0  # cycles that built the snapshot from scratch
+    patched: int = 0  # cycles that patched the last world from the change feed
     recorded: int = 0  # nodes recorded anew in the last cycle
 
     def start(self, base: tuple[object, ...], make: Callable[[], Snapshot]) -> tuple[Snapshot, bool]:
@@ -77,6 +81,7 @@ class Carry:
         """Forget the snapshot: the next cycle builds from scratch (a cycle failed, leadership moved)."""
         self.snap, self.base, self.nodes = None, None, {}
         self.world, self.stamp, self.applied = None, None, True
+        self.index, self.at = None, None
 
     def keep(self, world: World, stamp: object) -> None:
         """The world just built, for a next cycle whose inputs carry the same stamp."""
@@ -154,15 +159,20 @@ def record_nodes(
     others: dict[str, list[Foreign]],
     reserved: dict[str, list[Foreign]],
     now: float,
+    only: Iterable[str] | None = None,
 ) -> dict[str, Bind | None]:
     """Record each node's pods as a fresh snapshot would (ours first; then other schedulers' and
     blocked gangs' pods, ours that do not fit, and GPU reservation pods), keeping the nodes whose pods
     and snapshot state did not change. Returns each of our pods' outcome: its Bind, or None when it
-    does not fit where it runs (then it counts as another scheduler's there)."""
+    does not fit where it runs (then it counts as another scheduler's there). `only`: the nodes to look
+    at (a world patched from the change feed), in the snapshot's order; None: every node."""
     out: dict[str, Bind | None] = {}
     records = carry.nodes if carry is not None else {}
     recorded = 0
-    for i, name in enumerate(n.name for n in snap.cluster.nodes):
+    nodes = snap.cluster.nodes
+    visit = range(len(nodes)) if only is None else sorted(snap.node_index(n) for n in only)
+    for i in visit:
+        name = nodes[i].name
         mine, theirs, held = ours.get(name, []), others.get(name, []), reserved.get(name, [])
         rec = records.get(name)
         # readiness too: a pod of ours with no devices noted is placed on its node by the predicates,

@@ -25,6 +25,7 @@ from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.kueue import load as load_kueue
+from phalanx.k8s.read.patch import Feed, patch, remember
 from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World, build_world
 
@@ -48,8 +49,28 @@ class Gathered:
         memo: Translations | None = None,
         carry: Carry | None = None,
         stamp: object = None,
+        feed: Feed | None = None,
     ) -> World:
-        return build_world(
+        """The cycle's world: with `feed` (what changed since the kept world was read), the kept world
+        patched where it can be (`phalanx.k8s.read.patch`), else built and indexed for the next patch."""
+        memo = memo or Translations()
+        if carry is not None and feed is not None and feed.changes is not None:
+            patched = patch(
+                carry,
+                feed.changes,
+                feed.pod,
+                feed.node,
+                cfg,
+                now,
+                memo,
+                kueue=self.kueue,
+                jobs=self.jobs,
+                stamp=stamp,
+            )
+            if patched is not None:
+                return patched
+        last = carry.world if carry is not None else None
+        w = build_world(
             self.nodes,
             self.pods,
             self.groups,
@@ -63,6 +84,9 @@ class Gathered:
             carry=carry,
             stamp=stamp,
         )
+        if carry is not None and feed is not None and (w is not last or carry.index is None):
+            remember(carry, w, self.nodes, self.pods, self.groups, self.dra, cfg, memo)
+        return w
 
 
 def gather(

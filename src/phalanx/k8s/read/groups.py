@@ -78,27 +78,50 @@ def group_id(
     return ""
 
 
+def ended_member(obj: dict[str, Any], scheduler_name: str) -> tuple[str, str] | None:
+    """(group, phase) of our pod of a named group that ended (Succeeded, Failed); None otherwise."""
+    phase = (obj.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed") or (obj.get("spec") or {}).get("schedulerName") != scheduler_name:
+        return None
+    meta = obj.get("metadata") or {}
+    gid = group_id(
+        str(meta.get("namespace", "default")),
+        meta.get("labels") or {},
+        meta.get("annotations") or {},
+        str(((obj.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or ""),
+    )
+    return (gid, str(phase)) if gid else None
+
+
 def ended_members(objs: list[dict[str, Any]], scheduler_name: str) -> dict[str, dict[str, int]]:
     """Our pods of named groups that ended (Succeeded, Failed), counted by group and phase."""
     out: dict[str, dict[str, int]] = {}
     for obj in objs:
-        phase = (obj.get("status") or {}).get("phase")
-        if (
-            phase not in ("Succeeded", "Failed")
-            or (obj.get("spec") or {}).get("schedulerName") != scheduler_name
-        ):
-            continue
-        meta = obj.get("metadata") or {}
-        gid = group_id(
-            str(meta.get("namespace", "default")),
-            meta.get("labels") or {},
-            meta.get("annotations") or {},
-            str(((obj.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or ""),
-        )
-        if gid:
-            counts = out.setdefault(gid, {})
-            counts[str(phase)] = counts.get(str(phase), 0) + 1
+        hit = ended_member(obj, scheduler_name)
+        if hit is not None:
+            counts = out.setdefault(hit[0], {})
+            counts[hit[1]] = counts.get(hit[1], 0) + 1
     return out
+
+
+def first_level(p: PodInfo) -> str:
+    """The group a pod joins before multi-level gangs merge groups: its named group, its controlling
+    owner's, or its own (`group_pods`)."""
+    gname = p.scheduling_group or p.tag(keys.GROUP_KEYS)
+    if gname:
+        return f"{p.namespace}/{gname}"
+    owner = _owner(p)
+    return f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
+
+
+def merges(pod_groups: list[dict[str, Any]]) -> bool:
+    """Whether any PodGroup makes groups into one multi-level gang (a native one of a Workload or of a
+    CompositePodGroup tree): then a group's Workload depends on other groups' pods too."""
+    return any(
+        composite.is_composite(pg)
+        or (native.is_native(pg) and (native.template_of(pg)[0] or composite.parent_of(pg)))
+        for pg in pod_groups
+    )
 
 
 def group_pods(
@@ -125,8 +148,8 @@ def group_pods(
     groups: dict[str, Group] = {}
     for p in sorted(pods, key=lambda p: p.key):
         gname = p.scheduling_group or p.tag(keys.GROUP_KEYS)
+        gid = first_level(p)
         if gname:
-            gid = f"{p.namespace}/{gname}"
             found = (
                 natives.get((p.namespace, gname)) if p.scheduling_group else by_name.get((p.namespace, gname))
             )
@@ -137,8 +160,6 @@ def group_pods(
             if p.scheduling_group and found is None and not g.waiting:
                 g.waiting = f"PodGroup {gid} ({native.GROUP}) does not exist yet: its pods wait for it"
         else:
-            owner = _owner(p)
-            gid = f"{p.namespace}/{owner[0]}/{owner[1]}" if owner else p.key
             g = groups.get(gid)
             if g is None:
                 g = groups[gid] = Group(gid, p.namespace, [])

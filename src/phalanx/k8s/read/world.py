@@ -61,9 +61,13 @@ class World:
         default_factory=dict
     )  # claim -> its PodGroup (reservedFor)
     time_bound: bool = False  # read the clock (a grace, a deletion with no end): not reused as it is
+    # for a world patched from the change feed (`phalanx.k8s.read.patch`): the GPU reservation pods
+    # recorded on each node, and the groups whose state read the clock (looked at every cycle)
+    reserved_at: dict[str, list[Foreign]] = field(default_factory=dict)
+    clock_groups: set[str] = field(default_factory=set)
 
 
-def _ready(obj: dict[str, Any]) -> bool:
+def node_ready(obj: dict[str, Any]) -> bool:
     if mapping(obj.get("spec")).get("unschedulable"):
         return False
     for c in mappings(mapping(obj.get("status")).get("conditions")):
@@ -138,7 +142,7 @@ def build_world(
     if carry is not None and stamp is not None and carry.unchanged(stamp):
         assert carry.world is not None and carry.snap is not None
         reset_cycle_state(carry.snap)
-        _served(carry.snap, now)
+        serve(carry.snap, now)
         return carry.world
     dra = dra or DraObjects()
     if carry is not None and (dra.slices or dra.claims or dra.classes):
@@ -163,10 +167,11 @@ def build_world(
     staged = _stage(b, w, ps.ours, pod_groups, claims, kueue, jobs)
     _add_workloads(b, w, staged, kept, ns.known, ps.foreign)
     outcomes = _record(b, w, ps, ns.known)
+    snap.touched.clear()  # every node recorded: a patch looks at those the core changes from here on
     _leftovers(w, outcomes)
     if kept:
         reset_cycle_state(snap)
-    _served(snap, now)
+    serve(snap, now)
     w.time_bound = b.time_bound
     w.problems = b.contain.problems | {f"Queue {q}": msg for q, msg in queue_problems.items()}
     if b.carry is not None:
@@ -193,7 +198,7 @@ def _read_nodes(b: Build, nodes: list[dict[str, Any]], dra: DraObjects) -> _Node
                 continue
             n = published
         out.parsed.append(n)
-        out.ready[n.name] = _ready(obj)
+        out.ready[n.name] = node_ready(obj)
     return out
 
 
@@ -232,24 +237,46 @@ def _read_pods(b: Build, w: World, pods: list[dict[str, Any]]) -> _Pods:
     (other schedulers', ours being deleted); ours that cannot be read are named."""
     out = _Pods()
     for obj in pods:
-        if not is_active(obj):
-            continue
-        slot = slot_of(obj, b.cfg)
-        if slot is not None:
-            out.reservations[slot] = obj
-            continue
-        p = b.contain("Pod", obj, partial(b.memo.pod, obj, b.cfg))
-        if p is None:
-            if mapping(obj.get("spec")).get("schedulerName") == b.cfg.scheduler_name:
-                w.pod_problems[object_key(obj, "default")] = b.contain.problems[label("Pod", obj)]
-            else:  # not ours: nobody to tell, and it still runs where it runs
-                b.contain.problems.pop(label("Pod", obj), None)
-            continue
-        if p.ours and not p.deleting:
-            out.ours.append(p)
-        elif p.node:
-            out.foreign.append(p)
+        seen = classify(b, obj)
+        if seen.slot is not None:
+            out.reservations[seen.slot] = obj
+        elif seen.problem:
+            w.pod_problems[object_key(obj, "default")] = seen.problem
+        elif seen.ours is not None:
+            out.ours.append(seen.ours)
+        elif seen.held is not None:
+            out.foreign.append(seen.held)
     return out
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one pod object is to a cycle: a GPU reservation pod (its slot), ours to schedule, one that
+    holds capacity on a node (another scheduler's, ours being deleted), ours unreadable (why), or none
+    of these (ended, or another scheduler's waiting)."""
+
+    slot: Slot | None = None
+    ours: PodInfo | None = None
+    held: PodInfo | None = None
+    problem: str = ""
+
+
+def classify(b: Build, obj: dict[str, Any]) -> Seen:
+    """The pod object as `_read_pods` takes it in; an unreadable pod of ours is named in `b.contain`."""
+    if not is_active(obj):
+        return Seen()
+    slot = slot_of(obj, b.cfg)
+    if slot is not None:
+        return Seen(slot=slot)
+    p = b.contain("Pod", obj, partial(b.memo.pod, obj, b.cfg))
+    if p is None:
+        if mapping(obj.get("spec")).get("schedulerName") == b.cfg.scheduler_name:
+            return Seen(problem=b.contain.problems[label("Pod", obj)])
+        b.contain.problems.pop(label("Pod", obj), None)  # not ours: nobody to tell, it runs where it runs
+        return Seen()
+    if p.ours and not p.deleting:
+        return Seen(ours=p)
+    return Seen(held=p) if p.node else Seen()
 
 
 def _pod_group_objects(w: World, pod_groups: list[dict[str, Any]]) -> None:
@@ -296,33 +323,43 @@ def _stage(
     jobs: dict[str, dict[str, Any]] | None,
 ) -> Staged:
     """Our pods into groups; each group's problems (queue, claims, Kueue), and its Workload if none."""
+    return [
+        stage_group(b, w, g, claims, kueue, jobs) for g in group_pods(ours, pod_groups, w.ended, b.cfg.levels)
+    ]
+
+
+def stage_group(
+    b: Build,
+    w: World,
+    g: Group,
+    claims: Claims | None,
+    kueue: Kueue | None,
+    jobs: dict[str, dict[str, Any]] | None,
+) -> tuple[Group, Workload | None]:
+    """One group: its problems (queue, claims, Kueue), and its Workload if it has none."""
     cfg, tree = b.cfg, w.tree
-    staged: Staged = []
-    for g in group_pods(ours, pod_groups, w.ended, cfg.levels):
-        w.groups[g.name] = g
-        for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
-            w.pod_groups.pop(object_key(member), None)
-        if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s):
-            b.reads_clock()
-        if kueue is not None:
-            apply_kueue(g, kueue, jobs or {})
+    w.groups[g.name] = g
+    for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
+        w.pod_groups.pop(object_key(member), None)
+    if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s):
+        b.reads_clock()
+        w.clock_groups.add(g.name)
+    if kueue is not None:
+        apply_kueue(g, kueue, jobs or {})
+    if claims is not None:
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
-        queue = g.queue or cfg.default_queue
-        if tree is not None and not tree.is_leaf(queue):
-            why = w.queue_problems.get(queue) or (
-                f"queue {queue!r} does not exist"
-                if queue not in tree.queues
-                else f"queue {queue!r} is not a leaf"
-            )
-            g.problems.append(why)
-        wl = None
-        if not g.problems and not g.waiting:
-            try:
-                wl = _workload(g, queue, b.carry)
-            except Exception as e:
-                g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
-        staged.append((g, wl))
-    return staged
+    queue = g.queue or cfg.default_queue
+    if tree is not None and not tree.is_leaf(queue):
+        what = "does not exist" if queue not in tree.queues else "is not a leaf"
+        why = w.queue_problems.get(queue) or f"queue {queue!r} {what}"
+        g.problems.append(why)
+    wl = None
+    if not g.problems and not g.waiting:
+        try:
+            wl = _workload(g, queue, b.carry)
+        except Exception as e:
+            g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
+    return g, wl
 
 
 def _add_workloads(
@@ -336,55 +373,75 @@ def _add_workloads(
     if carry is not None:
         carry.forget_workloads_except(g.name for g, wl in staged if wl is not None)
     for g, wl in staged:
-        if wl is not None and g.name not in snap.workloads:
-            try:
-                snap.add_workload(wl)
-            except Exception as e:
-                g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
-        if g.problems or g.waiting:
-            w.blocked[g.name] = g.problems or [g.waiting]
-            if not g.problems:  # only short of pods: within the grace, pods are still being created
-                since = max([p.created for p in g.pods] + [created(g.pod_group)])
-                w.waiting_pods[g.name] = b.now - since < b.cfg.gang_creation_grace_s
-                b.reads_clock()
-            foreign += [p for p in g.pods if p.node and p.node in known]
-            continue
-        apply_plans(g, w.stale_intents, b.contain)
-        for p in g.pods:
-            w.pods[p.key] = p
+        foreign += place_group(b, w, g, wl, known)
+
+
+def place_group(b: Build, w: World, g: Group, wl: Workload | None, known: set[str]) -> list[PodInfo]:
+    """The group's Workload into the snapshot, or the group blocked with its reasons; returns the pods
+    of a blocked group that hold capacity on a node (they count as used there)."""
+    snap = w.snapshot
+    if wl is not None and g.name not in snap.workloads:
+        try:
+            snap.add_workload(wl)
+        except Exception as e:
+            g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
+    if g.problems or g.waiting:
+        w.blocked[g.name] = g.problems or [g.waiting]
+        if not g.problems:  # only short of pods: within the grace, pods are still being created
+            since = max([p.created for p in g.pods] + [created(g.pod_group)])
+            w.waiting_pods[g.name] = b.now - since < b.cfg.gang_creation_grace_s
+            b.reads_clock()
+            w.clock_groups.add(g.name)
+        return [p for p in g.pods if p.node and p.node in known]
+    apply_plans(g, w.stale_intents, b.contain)
+    for p in g.pods:
+        w.pods[p.key] = p
+    return []
 
 
 def _record(b: Build, w: World, ps: _Pods, known: set[str]) -> dict[str, Bind | None]:
     """Each node's pods into the snapshot: ours where bound or planned, the others' and reservation
     pods as used capacity. Returns each of our pods' outcome (`record_nodes`)."""
-    now = b.now
     ours_at: dict[str, list[PodInfo]] = {}
     for p in w.pods.values():
-        target = p.node or p.intent
-        if not target:
-            continue
-        if target not in known:
-            if not p.node:
-                w.stale_intents.append(p.plan_holder or p.key)
-            continue
-        ours_at.setdefault(target, []).append(p)
-        if not (p.started or p.created):
-            b.reads_clock()  # recorded as running since now
+        target = ours_target(b, w, p, known)
+        if target:
+            ours_at.setdefault(target, []).append(p)
     reserved: list[PodInfo] = []
     prefer = _reservations(w, ps.reservations, ps.foreign, reserved, b.cfg, b.contain, b.memo)
+    w.reserved_at = by_node(b, reserved, known, prefer)
+    theirs = by_node(b, ps.foreign, known, prefer)
+    return record_nodes(w.snapshot, b.carry, ours_at, theirs, w.reserved_at, b.now)
 
-    def by_node(pods: list[PodInfo]) -> dict[str, list[Foreign]]:
-        out: dict[str, list[Foreign]] = {}
-        for p in pods:
-            if p.node in known:
-                # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
-                ends = (p.deletion or now) if p.deleting else None
-                if p.deleting and not p.deletion:
-                    b.reads_clock()
-                out.setdefault(p.node, []).append((p, prefer.get(p.key, ()), ends))
-        return out
 
-    return record_nodes(w.snapshot, b.carry, ours_at, by_node(ps.foreign), by_node(reserved), now)
+def ours_target(b: Build, w: World, p: PodInfo, known: set[str]) -> str:
+    """The node our pod is recorded on (bound or planned), or "" (a plan naming a node gone is stale)."""
+    target = p.node or p.intent
+    if not target:
+        return ""
+    if target not in known:
+        if not p.node:
+            w.stale_intents.append(p.plan_holder or p.key)
+        return ""
+    if not (p.started or p.created):
+        b.reads_clock()  # recorded as running since now
+    return target
+
+
+def by_node(
+    b: Build, pods: list[PodInfo], known: set[str], prefer: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, list[Foreign]]:
+    """Pods that hold capacity, by node, each node's in the order of their keys (not the order the
+    watch delivered them: a node recorded anew gives the same GPUs to the same pods)."""
+    out: dict[str, list[Foreign]] = {}
+    for p in sorted(pods, key=lambda q: q.key):
+        if p.node in known:
+            # a pod being deleted (a victim terminating, say) is gone by its grace period at the latest
+            ends = (p.deletion or b.now) if p.deleting else None
+            if p.deleting and not p.deletion:
+                b.reads_clock()
+            out.setdefault(p.node, []).append((p, (prefer or {}).get(p.key, ()), ends))
+    return out
 
 
 def _leftovers(w: World, outcomes: dict[str, Bind | None]) -> None:
@@ -398,13 +455,19 @@ def _leftovers(w: World, outcomes: dict[str, Bind | None]) -> None:
             w.stale_intents.append(p.plan_holder or p.key)
         elif placed is not None and not p.node:
             w.unfinished.append(placed)
+    settle_leftovers(w)
+
+
+def settle_leftovers(w: World) -> None:
+    """Stale plans sorted and once each; binds to finish in task order, none from a stale plan."""
     w.stale_intents = sorted(set(w.stale_intents))
-    if len(w.stale_intents) > 0:  # a stale plan: none of its pods may be finished from it
-        stale = set(w.stale_intents)
-        w.unfinished = [b for b in w.unfinished if (w.pods[b.task].plan_holder or b.task) not in stale]
+    stale = set(w.stale_intents)
+    w.unfinished = sorted(
+        (b for b in w.unfinished if (w.pods[b.task].plan_holder or b.task) not in stale), key=lambda b: b.task
+    )
 
 
-def _served(snap: Snapshot, now: float) -> None:
+def serve(snap: Snapshot, now: float) -> None:
     """Each running workload's run so far: time since its pods started, and GPUs x that time."""
     for entry in snap.running.values():
         since = min(a.since for a in entry.bound.values())

@@ -58,6 +58,18 @@ class Metrics:
             "Cycles that built the snapshot from scratch (nodes, queues or datasets changed; DRA in use)",
             registry=r,
         )
+        self.reads = Counter(
+            "phalanx_world_reads",
+            "Cycles' reads by how: patched (only what the change feed named), kept (every object, the "
+            "snapshot kept), rebuilt (a snapshot from scratch)",
+            ["how"],
+            registry=r,
+        )
+        self.feed_behind = Counter(
+            "phalanx_feed_behind",
+            "Reads that fell behind the watch cache's change feed (more changes than it holds): read in full",
+            registry=r,
+        )
         self.recorded = Histogram(
             "phalanx_world_nodes_recorded",
             "Nodes recorded anew into the kept snapshot in a cycle (their pods changed)",

@@ -1,0 +1,155 @@
+"""The world patched from the change feed equals one built from scratch, after random event sequences.
+
+The cluster's objects go through a real watch cache `Store` (each change an event, as an informer
+applies it); each cycle reads the store's change feed since the last read and patches the kept world
+(`phalanx.k8s.read.patch`), or builds it anew where it cannot. Its snapshot, leftovers and blocked
+groups must be those of a world built from scratch, and the core must decide the same on both.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cluster_events import NOW, Cluster
+from kube_objects import pod_group
+from phalanx.core.cycle import run_cycle
+from phalanx.core.snapshot_diff import differences
+from phalanx.k8s.client.cache import Store, object_key
+from phalanx.k8s.client.kinds import OUR_POD_GROUPS, OUR_QUEUES
+from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read.carry import Carry
+from phalanx.k8s.read.gather import gather
+from phalanx.k8s.read.patch import Feed
+from phalanx.k8s.read.pods import timestamp
+from phalanx.k8s.read.translations import Translations
+from phalanx.k8s.read.world import World, build_world
+from phalanx.profiles import load_profile
+
+
+class Watched:
+    """The cluster's objects as an informer keeps them in a store: every change an event."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.store = Store()
+        self.last: dict[tuple[str, str], str] = {}
+
+    def sync(self) -> None:
+        now: dict[tuple[str, str], dict[str, Any]] = {}
+        for kind, objs in (
+            ("nodes", self.c.nodes),
+            ("pods", self.c.pods),
+            (OUR_POD_GROUPS.key, self.c.groups),
+            (OUR_QUEUES.key, self.c.queues),
+        ):
+            for o in objs:
+                now[(kind, object_key(o))] = o
+        for (kind, key), o in now.items():
+            rv = str(o["metadata"]["resourceVersion"])
+            if self.last.get((kind, key)) != rv:
+                event = "ADDED" if (kind, key) not in self.last else "MODIFIED"
+                self.store.apply(kind, event, copy.deepcopy(o))  # the store's copy, not the test's
+                self.last[(kind, key)] = rv
+        for kind, key in [k for k in self.last if k not in now]:
+            ns, _, name = key.rpartition("/")
+            self.store.apply(
+                kind, "DELETED", {"metadata": {"namespace": ns, "name": name} if ns else {"name": name}}
+            )
+            del self.last[(kind, key)]
+
+
+def _patched(w: Watched, cfg: AdapterConfig, memo: Translations, carry: Carry, now: float = NOW) -> World:
+    store = w.store
+    at = store.generation
+    changes = store.changes(carry.at) if carry.at is not None else None
+    feed = Feed(changes, lambda k: store.get("pods", k), lambda n: store.get("nodes", n))
+    world = gather(store.items, False, cfg).world(cfg, now, memo, carry, stamp=at, feed=feed)
+    carry.at = at
+    return world
+
+
+def _same_world(scratch: World, patched: World, where: str) -> None:
+    diff = differences(scratch.snapshot, patched.snapshot)
+    assert not diff, where + "\n".join(diff)
+    assert scratch.unfinished == patched.unfinished, where
+    assert scratch.stale_intents == patched.stale_intents, where
+    assert scratch.blocked == patched.blocked, where
+    assert scratch.waiting_pods == patched.waiting_pods, where
+    assert scratch.pods == patched.pods, where
+    assert scratch.ended == patched.ended, where
+    assert scratch.pod_problems == patched.pod_problems, where
+    assert scratch.problems == patched.problems, where
+
+
+@pytest.mark.parametrize(
+    ("seed", "profile_name"), [(k, "") for k in range(8)] + [(k, "las-exact") for k in range(3)]
+)
+def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_name: str) -> None:
+    rng = random.Random(1000 + seed)
+    c = Cluster(rng, nodes=rng.choice([3, 6, 10]), queues=seed % 2 == 1)
+    w = Watched(c)
+    cfg = AdapterConfig()
+    profile = load_profile(profile_name or cfg.profile)
+    memo, carry = Translations(), Carry()
+    history: list[str] = []
+    memory_a: dict[str, Any] = {}
+    memory_b: dict[str, Any] = {}
+    for step in range(80):
+        quiet = rng.random() < 0.2
+        history += ["(none)"] if quiet else [c.event() for _ in range(rng.randint(1, 4))]
+        w.sync()
+        patched_before = carry.patched
+        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, NOW, Translations())
+        patched = _patched(w, cfg, memo, carry)
+        how = "patched" if carry.patched > patched_before else "built"
+        _same_world(scratch, patched, f"seed {seed} step {step} ({how}) after {history[-6:]}:\n")
+        scratch.snapshot.evicted_for, patched.snapshot.evicted_for = memory_a, memory_b
+        a = run_cycle(scratch.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
+        b = run_cycle(patched.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
+        if b.binds or b.evictions:
+            carry.applied = True  # as the scheduler does
+        assert [(x.task, x.node, x.gpus) for x in a.binds] == [(x.task, x.node, x.gpus) for x in b.binds]
+        assert sorted((x.task, x.by) for x in a.evictions) == sorted((x.task, x.by) for x in b.evictions)
+        assert sorted(p.workload for p in a.pending) == sorted(p.workload for p in b.pending)
+        c.bind(patched, b.binds, fail=0.2)
+    assert carry.patched > 20, f"patched only {carry.patched} of 80 cycles"
+
+
+def test_a_gang_short_of_pods_is_looked_at_again_when_its_creation_grace_ends() -> None:
+    """Nothing changes in the store, but the clock moves past the grace: the patch must see it."""
+    c = Cluster(random.Random(0), nodes=2, queues=False)
+    created = "2027-01-15T07:59:55Z"  # NOW - 5 s: within the 60 s grace
+    assert abs(timestamp(created) - (NOW - 5)) < 1
+    c.groups.append(c._stamp(pod_group("short", 2)))
+    c.new_pod(gpus=1, labels={"phalanx.io/pod-group": "short"}, created=created)
+    c.new_pod(gpus=1)
+    w = Watched(c)
+    w.sync()
+    cfg = AdapterConfig()
+    memo, carry = Translations(), Carry()
+    for now in (NOW, NOW + 1, NOW + 120):
+        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, now, Translations())
+        patched = _patched(w, cfg, memo, carry, now)
+        _same_world(scratch, patched, f"at NOW + {now - NOW:g} s:\n")
+    assert carry.patched == 2
+    assert patched.waiting_pods == {"default/short": False}
+
+
+def test_the_feed_names_what_changed_and_says_when_a_reader_fell_behind() -> None:
+    store = Store(feed=3)
+    store.replace("pods", [{"metadata": {"namespace": "a", "name": "x"}}])
+    start = store.generation
+    assert store.changes(start) == {}
+    store.apply("pods", "MODIFIED", {"metadata": {"namespace": "a", "name": "x"}})
+    store.apply("nodes", "ADDED", {"metadata": {"name": "n1"}})
+    assert store.changes(start) == {"pods": {"a/x"}, "nodes": {"n1"}}
+    assert store.changes(start - 1) == {"pods": None, "nodes": {"n1"}}  # the relist: every pod
+    store.apply("pods", "DELETED", {"metadata": {"namespace": "a", "name": "y"}})
+    store.apply("pods", "ADDED", {"metadata": {"namespace": "a", "name": "z"}})
+    assert store.changes(start) is None  # the feed holds 3 changes: this reader fell behind
+    assert store.changes(store.generation - 2) == {"pods": {"a/y", "a/z"}}
