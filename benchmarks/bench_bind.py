@@ -272,6 +272,15 @@ def phase_sums(port: int) -> dict[str, tuple[float, float]]:
 PHASES = ("read", "decide", "act", "report")
 
 
+def reads_by_how(port: int) -> dict[str, float]:
+    """Phalanx's phalanx_world_reads_total by how the cycle read: patched, kept, rebuilt."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r'phalanx_world_reads_total\{how="(\w+)"\} ([0-9.e+-]+)', text)
+    }
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
@@ -299,6 +308,7 @@ def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: floa
         while "warm-up" not in counter.at and time.monotonic() < deadline:
             time.sleep(0.05)
         before = phase_sums(port) if proc else {}
+        read_before = reads_by_how(port) if proc else {}
         sent: dict[str, float] = {}
         t0 = time.monotonic()
         with ThreadPoolExecutor(16) as ex:
@@ -327,6 +337,7 @@ def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: floa
                 k: 1000 * (after[k][0] - before.get(k, (0.0, 0.0))[0]) / max(cycles, 1) for k in after
             }
             out["peak_rss_mib"] = rss_peak_mib(proc.pid)
+            out["reads"] = {k: v - read_before.get(k, 0.0) for k, v in reads_by_how(port).items()}
             proc.terminate()
             proc.wait(timeout=30)
         api.close()
@@ -352,6 +363,8 @@ def latency(sizes: list[int], rate: float, seconds: float, per_node: int) -> Non
                     f"{ph.get(k, float('nan')):.1f}" for k in ("read", "decide", "act", "report")
                 )
                 line += f"  {split} ({r['cycles']:.0f}); peak RSS {r['peak_rss_mib']:.0f} MiB"
+                reads = r.get("reads") or {}
+                line += "; reads " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(reads.items()))
             print(line, flush=True)
 
 

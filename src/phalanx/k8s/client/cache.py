@@ -113,6 +113,12 @@ class Store:
         with self.lock:
             return list(self.objects.get(kind, {}).values())
 
+    def keyed(self, kind: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """The kind's keys and objects, in one order (a reader need not work the keys out again)."""
+        with self.lock:
+            table = self.objects.get(kind, {})
+            return list(table), list(table.values())
+
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         with self.lock:
             return self.objects.get(kind, {}).get(key)

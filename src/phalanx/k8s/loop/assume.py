@@ -34,6 +34,7 @@ class Assumptions:
         self.assumed: dict[str, tuple[Bind, float]] = {}  # task -> (bind, when)
         self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
         self.ttl = ttl
+        self.overlay: dict[str, dict[str, Any]] = {}  # the last `apply`'s edited copies, by key
 
     def bound(self, task: str, b: Bind, now: float) -> None:
         self.assumed[task] = (b, now)
@@ -48,12 +49,18 @@ class Assumptions:
     def __bool__(self) -> bool:
         return bool(self.assumed or self.gone)
 
-    def apply(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        """The store's pods with our recent binds and evictions applied (the watch lags behind)."""
+    def apply(
+        self, pods: list[dict[str, Any]], now: float, keys: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The store's pods with our recent binds and evictions applied (the watch lags behind);
+        `keys`: the pods' keys, as the store files them (else worked out here). The edited copies
+        are also kept in `overlay`, by key. Nothing assumed: the store's pods as they are, at once."""
+        self.overlay = {}
+        if not self:
+            return pods
         out = []
         seen: set[str] = set()
-        for p in pods:
-            key = object_key(p)
+        for key, p in zip(keys if keys is not None else (object_key(p) for p in pods), pods, strict=True):
             seen.add(key)
             if key in self.gone:
                 if now - self.gone[key] >= self.ttl:
@@ -77,6 +84,8 @@ class Assumptions:
                     p.setdefault("spec", {})["nodeName"] = b.node
                     notes = p.setdefault("metadata", {}).setdefault("annotations", {})
                     notes.update({k: v for k, v in encode(b).items() if v is not None})
+            if p.get(ASSUMED):
+                self.overlay[key] = p
             out.append(p)
         for key in [k for k in self.gone if k not in seen]:
             del self.gone[key]

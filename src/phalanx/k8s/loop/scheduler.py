@@ -29,7 +29,7 @@ from phalanx.k8s.act.executor import Executor, Outcome, Scene
 from phalanx.k8s.act.explain import Explainer
 from phalanx.k8s.act.staging import StageRequests
 from phalanx.k8s.client.api import Api
-from phalanx.k8s.client.cache import Informers, Store, object_key
+from phalanx.k8s.client.cache import Informers, Store
 from phalanx.k8s.client.kinds import JOBS, NODES, POD_GROUPS, PODS, QUEUES, WATCHED, keys_of
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import Decision, Forecasting, decide
@@ -43,7 +43,7 @@ from phalanx.k8s.read.contain import label
 from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.patch import Feed
-from phalanx.k8s.read.translations import ASSUMED, Translations
+from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
 from phalanx.k8s.view.server import Metrics
@@ -242,14 +242,15 @@ class Scheduler:
         """The store -> the cycle's world: kept from the last cycle where nothing changed, checked
         now and then against one built from scratch."""
         assumed = self.assume.stamp()
-        pods = self.assume.apply(self.store.items("pods"), now)
+        keys_, objs = self.store.keyed(PODS.key)
+        pods = self.assume.apply(objs, now, keys_)
         gathered = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
         self._kueue_unhonoured(gathered.kueue)
         rebuilt, patched = self.carry.rebuilt, self.carry.patched
         if self.board.reading():  # the dashboard still reads the last snapshot: leave it that one
             self.carry.drop()
         stamp = (generation, self.assume.stamp())
-        feed = self._feed(pods, {*assumed[0], *assumed[1], *stamp[1][0], *stamp[1][1]})
+        feed = self._feed({*assumed[0], *assumed[1], *stamp[1][0], *stamp[1][1]})
         world = gathered.world(self.cfg, now, self.translations, self.carry, stamp, feed)
         self.carry.at = generation
         if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
@@ -261,7 +262,7 @@ class Scheduler:
             world = self._audit(world, gathered, now)
         return Read(pods, gathered, world)
 
-    def _feed(self, pods: list[dict[str, Any]], assumed: set[str]) -> Feed:
+    def _feed(self, assumed: set[str]) -> Feed:
         """What changed since the kept world was read: the watch cache's feed, and the pods whose
         assumption began or ended (the store does not see those); lookups as this cycle reads them."""
         changes = None
@@ -273,7 +274,7 @@ class Scheduler:
             keys_ = changes.get(PODS.key, set())
             if keys_ is not None:
                 changes[PODS.key] = keys_ | assumed
-        overlay = {object_key(p): p for p in pods if p.get(ASSUMED)}
+        overlay = self.assume.overlay
         return Feed(
             changes,
             lambda k: overlay.get(k) or self.store.get(PODS.key, k),
