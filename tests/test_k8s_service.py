@@ -92,3 +92,22 @@ def test_the_repeat_guards_memory_is_forgotten_by_age_not_by_absence():
     assert memory == {"gone-for-now": {("shape",): 1000.0}}
     forget_old(memory, now=1000.0 + KEEP_S)
     assert memory == {}
+
+
+def test_a_kept_snapshot_gets_earlier_runs_service_once_a_cycle_not_once_more_each_cycle():
+    """The kept snapshot resets only the workloads whose standing changed (`reset_cycle_state`): a
+    workload given earlier runs' service must have it reset too, or it would add up cycle after cycle."""
+    from phalanx.k8s.read.carry import reset_cycle_state
+    from phalanx.k8s.read.world import serve
+
+    svc = AttainedService()
+    s = world(running=True, attained=7200.0)
+    svc.apply(s)
+    entry = s.workloads["w"]
+    for alloc in list(entry.bound.values()):  # preempted: waiting again in the same, kept snapshot
+        s.release(alloc.task.name)
+    for _ in range(3):
+        reset_cycle_state(s)
+        serve(s, 0.0)
+        svc.apply(s)
+        assert entry.attained == 7200.0 and s.workloads["other"].attained == 0.0

@@ -236,6 +236,12 @@ class Snapshot:
         # undoing): a driver that keeps the snapshot looks again at these and at what its API changed,
         # not at every node; it empties the set when it has
         self.touched: set[int] = set()
+        # workloads whose bound tasks changed, and those a cycle left with a standing (`settle`), and
+        # those a driver gave earlier runs' service: what a driver that keeps the snapshot resets
+        # between cycles, instead of every workload (it empties the sets when it has)
+        self.rebound: set[str] = set()
+        self.settled: set[str] = set()
+        self.serviced: set[str] = set()
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -535,6 +541,7 @@ class Snapshot:
             if entry is not None:
                 entry.last_pending = p
                 entry.parked_epoch = self.release_epoch if p.unschedulable else -1
+                self.settled.add(entry.name)
 
     def assignment_of(self, b: Bind) -> DeviceAssignment:
         """Rebuild array positions from a Bind's device indices."""
@@ -592,6 +599,7 @@ class Snapshot:
             raise SpecError(f"task {alloc.task.name!r}", "is already bound")
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         self.touched.add(alloc.node)
+        self.rebound.add(entry.name)
         for c in alloc.claims:
             self.dra.take(c, self.dra_devices)
         entry.bound[alloc.task.name] = alloc
@@ -616,6 +624,7 @@ class Snapshot:
         entry = entry or self.workloads[alloc.task.workload]
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         self.touched.add(alloc.node)
+        self.rebound.add(entry.name)
         for c in alloc.claims:
             self.dra.give(c.claim, self.dra_devices)
         del entry.bound[alloc.task.name]

@@ -34,6 +34,9 @@ class LasOrder(CycleHooks, ChangeForecast):
     name = "las"
     static = False
     natural = False
+    # whether any LAS order of this process keeps places (`within: queue`): a driver whose cycles
+    # start afresh then forgets every workload's place each cycle (`forget`); none needs forgetting else
+    keeps_places = False
 
     @property
     def cycle_static(self) -> bool:
@@ -64,6 +67,7 @@ class LasOrder(CycleHooks, ChangeForecast):
     def begin_cycle(self, entries: list[WorkloadEntry]) -> None:
         if self.within != "queue":
             return
+        LasOrder.keeps_places = True
         known = sorted((e for e in entries if QUEUE_PLACE in e.cache), key=_place)
         fresh = sorted(
             (e for e in entries if QUEUE_PLACE not in e.cache),

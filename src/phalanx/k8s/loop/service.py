@@ -48,8 +48,11 @@ class AttainedService:
                 self.served[name] = total  # its run ended (preempted, or a pod failed)
         for name in [n for n in self.served if n not in snap.workloads]:
             del self.served[name]  # the workload is gone
-        for name, entry in snap.workloads.items():
-            entry.attained += self.served.get(name, 0.0)
+        for name, served in self.served.items():
+            entry = snap.workloads.get(name)
+            if entry is not None:
+                entry.attained += served
+                snap.serviced.add(name)  # reset with the next cycle's standing
         self._running = {name: e.attained for name, e in snap.running.items()}
         if self.half_life_s > 0 and now is not None:
             if self.history_time is not None:

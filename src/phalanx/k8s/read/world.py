@@ -142,7 +142,7 @@ def build_world(
     if carry is not None and stamp is not None and carry.unchanged(stamp):
         assert carry.world is not None and carry.snap is not None
         reset_cycle_state(carry.snap)
-        serve(carry.snap, now)
+        serve(carry.snap, now, carry.starts)
         return carry.world
     dra = dra or DraObjects()
     if carry is not None and (dra.slices or dra.claims or dra.classes):
@@ -171,7 +171,7 @@ def build_world(
     _leftovers(w, outcomes)
     if kept:
         reset_cycle_state(snap)
-    serve(snap, now)
+    serve(snap, now, b.carry.starts if b.carry is not None else None)
     w.time_bound = b.time_bound
     w.problems = b.contain.problems | {f"Queue {q}": msg for q, msg in queue_problems.items()}
     if b.carry is not None:
@@ -467,12 +467,20 @@ def settle_leftovers(w: World) -> None:
     )
 
 
-def serve(snap: Snapshot, now: float) -> None:
-    """Each running workload's run so far: time since its pods started, and GPUs x that time."""
-    for entry in snap.running.values():
-        since = min(a.since for a in entry.bound.values())
-        entry.executed = max(0.0, now - since)
-        entry.attained = gpu_seconds(entry.gpu_milli, entry.executed)
+def serve(snap: Snapshot, now: float, starts: dict[str, float] | None = None) -> None:
+    """Each running workload's run so far: time since its pods started, and GPUs x that time.
+    `starts`: each run's start as worked out last cycle (the kept snapshot's), kept but for the
+    workloads whose tasks changed since (`Snapshot.rebound`, emptied here)."""
+    starts = {} if starts is None else starts
+    for name in snap.rebound:
+        starts.pop(name, None)
+    snap.rebound.clear()
+    for name, entry in snap.running.items():
+        since = starts.get(name)
+        if since is None:
+            since = starts[name] = min(a.since for a in entry.bound.values())
+        entry.executed = ran = now - since if now > since else 0.0
+        entry.attained = gpu_seconds(entry.gpu_milli, ran)
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
