@@ -273,6 +273,7 @@ def running(kube: Kube, profile: str = "phalanx", **cfg: Any) -> Iterator[Schedu
         "cycle_seconds": 0.2,
         "rediscover_seconds": 1.0,
         "world_audit_s": 1.0,
+        "gc_full_every_s": 0.0,  # in this process: the test runner's objects are not to be frozen
     } | cfg
     s = Scheduler(api, AdapterConfig(profile=profile, **settings), load_profile(profile))
     s.start()

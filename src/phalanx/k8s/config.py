@@ -45,6 +45,9 @@ class AdapterConfig:
     # the snapshot is kept between cycles (phalanx.k8s.read.carry); this often it is also built
     # from scratch and compared, and replaced if they differ (0: never compared)
     world_audit_s: float = 300.0
+    # the cyclic garbage collector: everything alive frozen after each cycle, a full collection
+    # between cycles this often (0: as CPython runs it; `phalanx.k8s.loop.heap`)
+    gc_full_every_s: float = 600.0
     rediscover_seconds: float = 30.0  # how often API discovery looks for kinds not served yet
     bind_workers: int = 48  # concurrent binds (each gang is bound by one worker)
     # DRA drivers whose devices are RDMA NICs (paired with GPUs on their PCIe root)

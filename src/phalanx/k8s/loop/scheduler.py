@@ -34,6 +34,7 @@ from phalanx.k8s.client.kinds import JOBS, NODES, POD_GROUPS, PODS, QUEUES, WATC
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import Decision, Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
+from phalanx.k8s.loop.heap import Heap
 from phalanx.k8s.loop.leader import LeaderElector
 from phalanx.k8s.loop.repeat_memory import Memory, RepeatMemory
 from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
@@ -106,6 +107,7 @@ class Scheduler:
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
         self.translations = Translations()
         self.carry = Carry()  # the snapshot kept from one cycle to the next
+        self.heap = Heap(cfg.gc_full_every_s)  # full collections between cycles, not inside them
         self.audited = clock()
         self.cycles = 0
         # what we did that the watch may not show yet (kube-scheduler's "assume")
@@ -224,6 +226,9 @@ class Scheduler:
         for name, took in phases.items():
             self.metrics.phase.labels(name).observe(took)
         cycle_metrics(self.metrics, world, result, out, t_end - t0, self.cfg.pool_label)
+        full = self.heap.after_cycle(now)
+        if full is not None:
+            self.metrics.gc_full.observe(full)
         self.quiet_at = None if self._busy(world, result, out) else generation
         if out.bound or out.evicted or out.broken:
             log.info(

@@ -65,6 +65,12 @@ class Metrics:
             ["how"],
             registry=r,
         )
+        self.gc_full = Histogram(
+            "phalanx_gc_full_seconds",
+            "Full collections of the cyclic garbage collector, run between cycles (phalanx.k8s.loop.heap)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
         self.feed_behind = Counter(
             "phalanx_feed_behind",
             "Reads that fell behind the watch cache's change feed (more changes than it holds): read in full",
