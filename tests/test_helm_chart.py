@@ -278,7 +278,7 @@ def test_default_pod_settings_are_todays():
     sched = container(docs, "Deployment", "phalanx-scheduler")
     assert sched["resources"] == {
         "requests": {"cpu": "500m", "memory": "512Mi"},
-        "limits": {"memory": "1536Mi"},
+        "limits": {"memory": "3Gi"},
     }
     assert sched["securityContext"] == {
         "runAsNonRoot": True,

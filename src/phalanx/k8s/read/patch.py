@@ -82,10 +82,14 @@ class Index:
     stale_pod: dict[str, str] = field(default_factory=dict)  # pod -> its plan, stale (node gone)
     stale_fit: dict[str, str] = field(default_factory=dict)  # pod -> its plan, stale (does not fit)
     placed: dict[str, Bind] = field(default_factory=dict)  # planned, not bound: binds to finish
+    _known: set[str] | None = None
 
     @property
     def known(self) -> set[str]:
-        return set(self.parsed)
+        """The nodes of the snapshot (made once: the patch never changes which nodes there are)."""
+        if self._known is None:
+            self._known = set(self.parsed)
+        return self._known
 
 
 def remember(
