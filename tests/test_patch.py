@@ -140,6 +140,29 @@ def test_a_gang_short_of_pods_is_looked_at_again_when_its_creation_grace_ends() 
     assert patched.waiting_pods == {"default/short": False}
 
 
+def test_pods_that_cannot_be_read_arrive_through_the_feed_and_are_named_as_a_full_read_names_them() -> None:
+    c = Cluster(random.Random(0), nodes=2, queues=False)
+    c.new_pod(gpus=1)
+    w = Watched(c)
+    w.sync()
+    cfg = AdapterConfig()
+    memo, carry = Translations(), Carry()
+    _patched(w, cfg, memo, carry)
+    bad = c.new_pod(gpus=1)
+    bad["spec"] = ["not", "a", "mapping"]  # an outline no reader can take for granted
+    unreadable = c.new_pod(gpus=1)
+    unreadable["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    w.sync()
+    before = carry.patched
+    for _ in range(2):
+        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, NOW, Translations())
+        patched = _patched(w, cfg, memo, carry)
+        _same_world(scratch, patched, "")
+    assert carry.patched == before + 2
+    assert f"Pod default/{bad['metadata']['name']}" in patched.problems
+    assert f"default/{unreadable['metadata']['name']}" in patched.pod_problems
+
+
 def test_the_feed_names_what_changed_and_says_when_a_reader_fell_behind() -> None:
     store = Store(feed=3)
     store.replace("pods", [{"metadata": {"namespace": "a", "name": "x"}}])

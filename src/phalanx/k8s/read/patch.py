@@ -28,7 +28,7 @@ from phalanx.k8s.client.kinds import JOBS, NODES, PODS
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.carry import Carry, record_nodes, reset_cycle_state
 from phalanx.k8s.read.claims import DraObjects
-from phalanx.k8s.read.contain import label
+from phalanx.k8s.read.contain import label, outlined
 from phalanx.k8s.read.devices import decode_plan
 from phalanx.k8s.read.groups import ended_member, first_level, group_pods, merges
 from phalanx.k8s.read.kueue import Kueue
@@ -110,7 +110,8 @@ def remember(
     b = Build(cfg, 0.0, memo)
     seen: dict[str, Seen] = {}
     ended: dict[str, tuple[str, str]] = {}
-    for obj in pods:
+    pod_groups = outlined("PodGroup", pod_groups, b.contain)  # as the full read leaves them out
+    for obj in outlined("Pod", pods, b.contain):
         key = object_key(obj)
         seen[key] = classify(b, obj)
         hit = ended_member(obj, cfg.scheduler_name)
@@ -237,6 +238,8 @@ def _pods(b: Build, ix: Index, pod_keys: set[str], pod_of: Lookup) -> list[PodCh
     out: list[PodChange] = []
     for key in sorted(pod_keys):
         obj = pod_of(key)
+        if obj is not None and not outlined("Pod", [obj], b.contain):
+            obj = None  # its outline cannot be read: left out and named, as a full read does
         new = classify(b, obj) if obj is not None else Seen()
         old = ix.seen.get(key, Seen())
         if old.slot is not None or new.slot is not None:
