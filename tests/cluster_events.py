@@ -10,8 +10,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
+
 from kube_objects import node, pod, pod_group, queue
+from phalanx.core.cycle import run_cycle
+from phalanx.core.decisions import CycleResult
+from phalanx.core.profile import Profile
 from phalanx.k8s import keys
+from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.devices import binding_notes, encode_plan
 from phalanx.k8s.read.world import World
 
@@ -140,3 +146,18 @@ class Cluster:
             p["spec"]["nodeName"] = b.node
             p["metadata"]["annotations"].update(binding_notes(b))
             self.changed(p)
+
+
+def decide_alike(scratch: World, other: World, profile: Profile, step: int, carry: Carry) -> CycleResult:
+    """One cycle of the core on a world built from scratch and on a kept or patched one, applied to
+    both: the same binds, victims and waiting workloads. Returns the second's decisions."""
+    a = run_cycle(scratch.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
+    b = run_cycle(other.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
+    if b.binds or b.evictions:
+        carry.applied = True  # as the scheduler does
+    assert [(x.task, x.node, x.gpus) for x in a.binds] == [(x.task, x.node, x.gpus) for x in b.binds]
+    # the same victims; the order they are evicted in may differ (each entry lists its tasks in the
+    # order they were recorded, by node from scratch, by bind when kept)
+    assert sorted((x.task, x.by) for x in a.evictions) == sorted((x.task, x.by) for x in b.evictions)
+    assert sorted(p.workload for p in a.pending) == sorted(p.workload for p in b.pending)
+    return b

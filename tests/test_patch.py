@@ -12,12 +12,10 @@ import copy
 import random
 from typing import Any
 
-import numpy as np
 import pytest
 
-from cluster_events import NOW, Cluster
+from cluster_events import NOW, Cluster, decide_alike
 from kube_objects import pod_group
-from phalanx.core.cycle import run_cycle
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s.client.cache import Store, object_key
 from phalanx.k8s.client.kinds import OUR_POD_GROUPS, OUR_QUEUES
@@ -109,13 +107,7 @@ def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_na
         how = "patched" if carry.patched > patched_before else "built"
         _same_world(scratch, patched, f"seed {seed} step {step} ({how}) after {history[-6:]}:\n")
         scratch.snapshot.evicted_for, patched.snapshot.evicted_for = memory_a, memory_b
-        a = run_cycle(scratch.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
-        b = run_cycle(patched.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
-        if b.binds or b.evictions:
-            carry.applied = True  # as the scheduler does
-        assert [(x.task, x.node, x.gpus) for x in a.binds] == [(x.task, x.node, x.gpus) for x in b.binds]
-        assert sorted((x.task, x.by) for x in a.evictions) == sorted((x.task, x.by) for x in b.evictions)
-        assert sorted(p.workload for p in a.pending) == sorted(p.workload for p in b.pending)
+        b = decide_alike(scratch, patched, profile, step, carry)
         c.bind(patched, b.binds, fail=0.2)
     assert carry.patched > 20, f"patched only {carry.patched} of 80 cycles"
 

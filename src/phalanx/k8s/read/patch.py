@@ -133,6 +133,10 @@ def remember(
         ix.first[name] = g.pods[0].key
         if name in w.blocked:
             ix.group_held[name] = [p for p in g.pods if p.node and p.node in parsed]
+        else:  # gang plans that would not decode (`apply_plans`)
+            bad = {p.key for p in g.pods if keys.GANG_PLAN in p.annotations and not _decodes(p)}
+            if bad:
+                ix.stale_group[name] = bad
     outcomes: dict[str, Bind | None] = {}
     for rec in carry.nodes.values():
         mine = rec.sig[1]
@@ -145,12 +149,13 @@ def remember(
         elif target and not p.node:
             ix.stale_pod[p.key] = p.plan_holder or p.key
         _leftover(ix, p, outcomes.get(p.key), p.key in outcomes)
-    for name, g in w.groups.items():  # gang plans that would not decode (`apply_plans`)
-        if name not in w.blocked:
-            bad = {p.key for p in g.pods if keys.GANG_PLAN in p.annotations and not _decodes(p)}
-            if bad:
-                ix.stale_group[name] = bad
     carry.index = ix
+
+
+def _pod_label(key: str) -> str:
+    """How problems name the pod of this key (`contain.label`)."""
+    ns, _, name = key.partition("/")
+    return label("Pod", {"metadata": {"namespace": ns, "name": name}})
 
 
 def _decodes(p: PodInfo) -> bool:
@@ -323,8 +328,7 @@ def _unindex(
         if not counts:
             del w.ended[old_end[0]]
     w.pod_problems.pop(key, None)
-    ns, _, name = key.partition("/")
-    w.problems.pop(label("Pod", {"metadata": {"namespace": ns, "name": name}}), None)
+    w.problems.pop(_pod_label(key), None)
 
 
 def _restage(
@@ -342,8 +346,7 @@ def _restage(
     old = w.groups.pop(gid, None)
     if old is not None:
         for p in old.pods:
-            ns, _, name = p.key.partition("/")
-            w.problems.pop(label("Pod", {"metadata": {"namespace": ns, "name": name}}), None)
+            w.problems.pop(_pod_label(p.key), None)
             if w.pods.get(p.key) is p:
                 del w.pods[p.key]
                 target = p.node or p.intent
