@@ -148,11 +148,13 @@ class Cluster:
             self.changed(p)
 
 
-def decide_alike(scratch: World, other: World, profile: Profile, step: int, carry: Carry) -> CycleResult:
+def decide_alike(
+    scratch: World, other: World, profile: Profile, step: int, carry: Carry, now: float = NOW
+) -> CycleResult:
     """One cycle of the core on a world built from scratch and on a kept or patched one, applied to
     both: the same binds, victims and waiting workloads. Returns the second's decisions."""
-    a = run_cycle(scratch.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
-    b = run_cycle(other.snapshot, profile, NOW, np.random.default_rng(step), apply=True)
+    a = run_cycle(scratch.snapshot, profile, now, np.random.default_rng(step), apply=True)
+    b = run_cycle(other.snapshot, profile, now, np.random.default_rng(step), apply=True)
     if b.binds or b.evictions:
         carry.applied = True  # as the scheduler does
     assert [(x.task, x.node, x.gpus) for x in a.binds] == [(x.task, x.node, x.gpus) for x in b.binds]

@@ -111,3 +111,23 @@ def test_a_kept_snapshot_gets_earlier_runs_service_once_a_cycle_not_once_more_ea
         serve(s, 0.0)
         svc.apply(s)
         assert entry.attained == 7200.0 and s.workloads["other"].attained == 0.0
+
+
+def test_a_run_is_read_from_the_snapshot_clock_and_kept_when_its_gpus_change():
+    """The adapter moves one clock a cycle instead of writing every running workload's service: a
+    run reads GPUs x time since its start, and an eviction (or a bind) counts it as of then."""
+    sc = Scenario([make_node("n").gpus(4).build()])
+    sc.add(make_workload("w").podset("p", gpu=2).build())
+    sc.cycle()
+    s = sc.snapshot
+    entry = s.workloads["w"]
+    entry.run_since, entry.run_clock = 100.0, s.run_clock
+    s.run_clock.now = 50.0  # a clock behind the run's start: nothing run yet
+    assert (entry.attained, entry.executed) == (0.0, 0.0)
+    s.run_clock.now = 400.0
+    assert (entry.attained, entry.executed) == (600.0, 300.0)  # 2 GPUs x 300 s
+    s.release(next(iter(entry.bound)))  # one pod evicted: the run is counted as of now
+    s.run_clock.now = 1000.0
+    assert (entry.attained, entry.executed) == (600.0, 300.0) and entry.run_since is None
+    entry.attained = 50.0  # set outright (as a driver that keeps its own count does)
+    assert entry.attained == 50.0 and entry.executed == 300.0

@@ -20,6 +20,7 @@ from phalanx.core.snapshot_diff import differences
 from phalanx.k8s.client.cache import Store, object_key
 from phalanx.k8s.client.kinds import OUR_POD_GROUPS, OUR_QUEUES
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.loop.service import AttainedService
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.patch import Feed
@@ -97,17 +98,24 @@ def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_na
     history: list[str] = []
     memory_a: dict[str, Any] = {}
     memory_b: dict[str, Any] = {}
+    # earlier runs' service, as the scheduler adds it: over a fresh snapshot every cycle (every
+    # workload looked at) and over the patched one (only those whose run changed)
+    service_a, service_b = AttainedService(), AttainedService()
     for step in range(80):
+        now = NOW + 7.0 * step  # the clock moves: each run's service is read from it
         quiet = rng.random() < 0.2
         history += ["(none)"] if quiet else [c.event() for _ in range(rng.randint(1, 4))]
         w.sync()
         patched_before = carry.patched
-        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, NOW, Translations())
-        patched = _patched(w, cfg, memo, carry)
+        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, now, Translations())
+        patched = _patched(w, cfg, memo, carry, now)
+        service_a.apply(scratch.snapshot, now)
+        service_b.apply(patched.snapshot, now)
         how = "patched" if carry.patched > patched_before else "built"
         _same_world(scratch, patched, f"seed {seed} step {step} ({how}) after {history[-6:]}:\n")
+        assert service_a.served == service_b.served and service_a.to_dict() == service_b.to_dict()
         scratch.snapshot.evicted_for, patched.snapshot.evicted_for = memory_a, memory_b
-        b = decide_alike(scratch, patched, profile, step, carry)
+        b = decide_alike(scratch, patched, profile, step, carry, now)
         c.bind(patched, b.binds, fail=0.2)
     assert carry.patched > 20, f"patched only {carry.patched} of 80 cycles"
 

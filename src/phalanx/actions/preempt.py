@@ -73,10 +73,13 @@ class Preempt:
         # every waiting workload that outranks someone running in its queue by priority, not only
         # those free capacity could hold (see Session.pending_for_eviction)
         waiting = session.pending_by_queue()
+        # a queue whose waiting workloads were all placed earlier in this cycle has nobody to preempt
+        # for (each would be passed over below): its running workloads need not be looked at
         queues = [
             q
             for q, es in waiting.items()
-            if max(e.workload.priority for e in es) > lowest_priority(session, q, preemptible_only=False)
+            if any(gang_tasks(e)[0] for e in es)
+            and max(e.workload.priority for e in es) > lowest_priority(session, q, preemptible_only=False)
         ]
         entries = session.pending_for_eviction(queues)
         if self.by == "order":
@@ -89,16 +92,15 @@ class Preempt:
                 break
             if not entry.workload.preempts:  # preemptionPolicy Never: free room only
                 continue
+            gang, _ = gang_tasks(entry)
+            if not gang:  # placed earlier in this cycle
+                continue
             q = entry.workload.queue
             below = entry.workload.priority > lowest_priority(session, q)
             if self.by == "priority" and not below:
                 if entry.workload.priority > lowest_priority(session, q, preemptible_only=False):
-                    gang, _ = gang_tasks(entry)
                     self._hold(session, entry, gang)  # only workloads that are not preemptible rank below
                 continue  # nobody preemptible running in the queue ranks below it
-            gang, _ = gang_tasks(entry)
-            if not gang:  # placed earlier in this cycle
-                continue
             like = (
                 q,
                 entry.demand_key,

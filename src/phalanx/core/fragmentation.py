@@ -156,8 +156,9 @@ class NodeSignatures:
 class FragmentationIndex:
     """Per-node fragmentation under one task-type table, memoised by signature."""
 
-    def __init__(self, cluster: ClusterState, table: TypeTable) -> None:
-        self.sigs = NodeSignatures(cluster)
+    def __init__(self, cluster: ClusterState, table: TypeTable, sigs: NodeSignatures | None = None) -> None:
+        # node signatures do not depend on the table: a new table (the task mix moved) keeps them
+        self.sigs = sigs if sigs is not None and sigs.cluster is cluster else NodeSignatures(cluster)
         self.table = table
         self.width = max(1, cluster.max_gpus)
         self._frag = np.full(64, np.nan, dtype=np.float64)

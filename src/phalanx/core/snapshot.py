@@ -60,10 +60,51 @@ class WorkloadEntry:
     last_pending: Pending | None = None
     # derived facts about the (immutable) workload, memoised by actions
     cache: dict[object, object] = field(default_factory=dict)
-    # kept by the driver (`Snapshot.advance`): GPU-seconds received and seconds run while ready
-    attained: float = 0.0
-    executed: float = 0.0
+    # kept by the driver: GPU-seconds received and seconds run while ready, counted so far (the
+    # simulator's `Snapshot.advance` adds to them); a run going on since `run_since` on `run_clock`
+    # (the adapter's, `RunClock`) is added when read, so a driver need not visit every running
+    # workload each cycle to move its clock
+    attained_base: float = 0.0
+    executed_base: float = 0.0
     gpu_milli: int = 0  # GPU held by its bound tasks (milli-GPU; MIG slices by compute share)
+    run_since: float | None = None
+    run_clock: RunClock | None = None
+
+    @property
+    def executed(self) -> float:
+        """Seconds run while ready: those counted, and the run going on (if its clock is kept)."""
+        since, clock = self.run_since, self.run_clock
+        if since is None or clock is None:
+            return self.executed_base
+        return self.executed_base + clock.ran(since)
+
+    @executed.setter
+    def executed(self, value: float) -> None:
+        self.settle_run()
+        self.executed_base = value
+
+    @property
+    def attained(self) -> float:
+        """GPU-seconds received: those counted, and the run going on at the GPUs it holds now."""
+        since, clock = self.run_since, self.run_clock
+        if since is None or clock is None:
+            return self.attained_base
+        return self.attained_base + gpu_seconds(self.gpu_milli, clock.ran(since))
+
+    @attained.setter
+    def attained(self, value: float) -> None:
+        self.settle_run()
+        self.attained_base = value
+
+    def settle_run(self) -> None:
+        """Count the run going on as of its clock now, and stop reading it from the clock: done
+        before the GPUs it holds change (a bind or an eviction), so what it had received stays."""
+        since, clock = self.run_since, self.run_clock
+        if since is not None and clock is not None:
+            ran = clock.ran(since)
+            self.attained_base += gpu_seconds(self.gpu_milli, ran)
+            self.executed_base += ran
+        self.run_since = None
 
     @property
     def demand_key(self) -> tuple[object, ...]:
@@ -96,6 +137,18 @@ class WorkloadEntry:
     @property
     def is_complete(self) -> bool:
         return len(self.bound) == len(self.tasks)
+
+
+@dataclass(slots=True)
+class RunClock:
+    """A driver's clock for runs read from it (`WorkloadEntry.run_since`): moved once a cycle."""
+
+    now: float = 0.0
+
+    def ran(self, since: float) -> float:
+        """Seconds run since `since`, never below zero."""
+        now = self.now
+        return now - since if now > since else 0.0
 
 
 def natural_key(entry: WorkloadEntry) -> tuple[int, float, str]:
@@ -242,6 +295,11 @@ class Snapshot:
         self.rebound: set[str] = set()
         self.settled: set[str] = set()
         self.serviced: set[str] = set()
+        # the clock of runs read from it (a driver that does not `advance` moves it once a cycle),
+        # and the workloads whose run may have begun, ended or changed since the driver last
+        # accounted them (it empties the set when it has)
+        self.run_clock = RunClock()
+        self.runs_changed: set[str] = set()
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -595,6 +653,8 @@ class Snapshot:
     # ----------------------------------------------------------------- primitives (journaled by Statement)
     def _bind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
+        if entry.run_since is not None:
+            entry.settle_run()  # its GPUs change: what it received so far stays counted
         if alloc.task.name in self.allocations:
             raise SpecError(f"task {alloc.task.name!r}", "is already bound")
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
@@ -622,6 +682,8 @@ class Snapshot:
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
+        if entry.run_since is not None:
+            entry.settle_run()  # its GPUs change: what it received so far stays counted
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         self.touched.add(alloc.node)
         self.rebound.add(entry.name)
@@ -731,8 +793,8 @@ class Snapshot:
         if dt == 0:
             return
         for entry in self.running.values():
-            entry.attained += gpu_seconds(entry.gpu_milli, dt)
-            entry.executed += dt
+            entry.attained_base += gpu_seconds(entry.gpu_milli, dt)
+            entry.executed_base += dt
         if half_life > 0:
             decay_history(self.queue_history, self.queue_usage, dt, half_life)
 

@@ -97,7 +97,8 @@ class FgdScorer(ClassKeyed):
         key = tuple((t.request.shape_key, t.weight) for t in types)
         if cache is None or cache.cluster() is not s.cluster or cache.types_key != key:
             table = TypeTable.build(types, s.cluster)
-            cache = _Cache(weakref.ref(s.cluster), key, FragmentationIndex(s.cluster, table))
+            sigs = cache.index.sigs if cache is not None else None
+            cache = _Cache(weakref.ref(s.cluster), key, FragmentationIndex(s.cluster, table, sigs))
             self._cache = cache
         cache.token = token
         return cache

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from typing import Any
 
 import numpy as np
 
-from phalanx.core.snapshot import Snapshot, decay_history
+from phalanx.core.snapshot import RunClock, Snapshot, decay_history, gpu_seconds
 from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS
 from phalanx.k8s.loop.repeat_memory import from_saved
 
 log = logging.getLogger("phalanx.k8s")
+Run = tuple[float, float | None, int]  # counted GPU-seconds, the run's start (None: counted whole), milli-GPU
 CONFIGMAP = "phalanx-attained-service"  # in the lease namespace; the chart's Role names it
 KEY = "service.json"
 
@@ -33,7 +35,12 @@ KEY = "service.json"
 class AttainedService:
     def __init__(self, half_life_s: float = 0.0) -> None:
         self.served: dict[str, float] = {}  # GPU-seconds from runs that have ended
-        self._running: dict[str, float] = {}  # total as of the last cycle, for workloads running then
+        # workloads running at the last cycle: what their total was made of then (counted, the run's
+        # start or None, its milli-GPU), read at the clock of then (`_at`); noted again only for
+        # workloads whose run or service changed since, so a cycle need not visit every running one
+        self._runs: dict[str, Run] = {}
+        self._at = 0.0
+        self._seen: weakref.ref[Snapshot] | None = None  # the snapshot those were noted from
         self.half_life_s = half_life_s
         self.history: dict[str, np.ndarray] = {}  # queue -> decayed usage (cpu, memory, gpu)
         self.history_time: float | None = None
@@ -42,18 +49,35 @@ class AttainedService:
 
     def apply(self, snap: Snapshot, now: float | None = None) -> None:
         """Add earlier runs to every workload's attained service; remember who runs now; with a
-        half-life, decay each queue's usage history towards its usage now and give it to `snap`."""
-        for name, total in self._running.items():
-            if name not in snap.running and name in snap.workloads:
-                self.served[name] = total  # its run ended (preempted, or a pod failed)
-        for name in [n for n in self.served if n not in snap.workloads]:
+        half-life, decay each queue's usage history towards its usage now and give it to `snap`.
+        On the snapshot of the last call, only workloads whose run changed since
+        (`Snapshot.runs_changed`) are looked at; on another one, every workload that ran."""
+        workloads, running = snap.workloads, snap.running
+        full = self._seen is None or self._seen() is not snap
+        changed = snap.runs_changed
+        for name in list(self._runs) if full else [n for n in changed if n in self._runs]:
+            if name not in running and name in workloads:
+                # its run ended (preempted, or a pod failed)
+                self.served[name] = self._total(self._runs[name])
+        for name in [n for n in self.served if n not in workloads]:
             del self.served[name]  # the workload is gone
         for name, served in self.served.items():
-            entry = snap.workloads.get(name)
+            entry = workloads.get(name)
             if entry is not None:
-                entry.attained += served
+                entry.attained_base += served
                 snap.serviced.add(name)  # reset with the next cycle's standing
-        self._running = {name: e.attained for name, e in snap.running.items()}
+        if full:
+            self._runs = {}
+        for name in running.keys() if full else changed | self.served.keys():
+            entry = running.get(name)
+            if entry is None:
+                self._runs.pop(name, None)
+            elif entry.run_since is not None and entry.run_clock is snap.run_clock:
+                self._runs[name] = (entry.attained_base, entry.run_since, entry.gpu_milli)
+            else:
+                self._runs[name] = (entry.attained, None, 0)
+        changed.clear()
+        self._at, self._seen = snap.run_clock.now, weakref.ref(snap)
         if self.half_life_s > 0 and now is not None:
             if self.history_time is not None:
                 dt = max(0.0, now - self.history_time)
@@ -64,14 +88,19 @@ class AttainedService:
 
     def tracked(self) -> int:
         """Workloads whose service is kept: runs that ended, and runs going on at the last cycle."""
-        return len(self.served) + len(self._running)
+        return len(self.served) + len(self._runs)
+
+    def _total(self, run: Run) -> float:
+        """A run's total as of the last call (what `WorkloadEntry.attained` read then)."""
+        base, since, gpu_milli = run
+        return base if since is None else base + gpu_seconds(gpu_milli, RunClock(self._at).ran(since))
 
     # ------------------------------------------------------------------ kept on the API
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": 1,
             "served": self.served,
-            "running": self._running,
+            "running": {name: self._total(run) for name, run in self._runs.items()},
             "history": {q: [float(x) for x in v] for q, v in self.history.items()},
             "history_time": self.history_time,
             "evictions": self.evictions,
@@ -80,7 +109,8 @@ class AttainedService:
     def load(self, d: dict[str, Any]) -> None:
         """What an earlier leader saved; entries that do not read are skipped, not fatal."""
         self.served = _floats(d.get("served"))
-        self._running = _floats(d.get("running"))
+        self._runs = {name: (total, None, 0) for name, total in _floats(d.get("running")).items()}
+        self._seen = None
         self.history = {}
         for q, v in (d.get("history") or {}).items() if isinstance(d.get("history"), dict) else []:
             try:

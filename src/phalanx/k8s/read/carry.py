@@ -59,7 +59,6 @@ class Carry:
     made: set[str] = field(default_factory=set)  # workloads given a new Workload object this cycle
     world: World | None = None  # the last world built
     index: Index | None = None  # what it was made of, by key, to patch it from the change feed
-    starts: dict[str, float] = field(default_factory=dict)  # running workloads' starts (`serve`)
     at: int | None = None  # the watch cache's generation it was read at (None: not from a store)
     stamp: object = None  # what its inputs were a version of
     applied: bool = True  # the cycle after it changed the snapshot (binds, evictions): not reusable
@@ -74,7 +73,7 @@ class Carry:
         self.made = set()
         if self.snap is not None and self.base is not None and _same(self.base, base):
             return self.snap, True
-        self.snap, self.base, self.nodes, self.starts = make(), base, {}, {}
+        self.snap, self.base, self.nodes = make(), base, {}
         self.rebuilt += 1
         return self.snap, False
 
@@ -82,7 +81,7 @@ class Carry:
         """Forget the snapshot: the next cycle builds from scratch (a cycle failed, leadership moved)."""
         self.snap, self.base, self.nodes = None, None, {}
         self.world, self.stamp, self.applied = None, None, True
-        self.index, self.at, self.starts = None, None, {}
+        self.index, self.at = None, None
 
     def keep(self, world: World, stamp: object) -> None:
         """The world just built, for a next cycle whose inputs carry the same stamp."""
@@ -141,18 +140,19 @@ def prune(snap: Snapshot, wanted: dict[str, Workload], made: set[str]) -> None:
 
 def reset_cycle_state(snap: Snapshot) -> None:
     """What a fresh snapshot starts each cycle with: every workload not looked at yet, none parked,
-    no service but the run it is on (`serve` sets that), and no place in an order's queue (LAS
-    `within: queue` keeps one in the simulator, whose snapshot lives the whole replay; the adapter's
-    cycles have always started without it). Only workloads whose standing, tasks or service changed
-    are visited (`Snapshot.settled`, `rebound`, `serviced`): the others are as a fresh one's."""
+    no service but the run it is on (read from the snapshot's clock, `serve`), and no place in an
+    order's queue (LAS `within: queue` keeps one in the simulator, whose snapshot lives the whole
+    replay; the adapter's cycles have always started without it). Only workloads whose standing,
+    tasks or service changed are visited (`Snapshot.settled`, `rebound`, `serviced`): the others
+    are as a fresh one's."""
     workloads = snap.workloads
     for name in snap.settled | snap.rebound | snap.serviced:
         entry = workloads.get(name)
         if entry is not None:
             entry.parked_epoch = -1
             entry.last_pending = None
-            entry.attained = 0.0
-            entry.executed = 0.0
+            entry.attained_base = 0.0  # the run going on, if any, is read from its clock
+            entry.executed_base = 0.0
     snap.settled.clear()
     snap.serviced.clear()
     if LasOrder.keeps_places:

@@ -298,7 +298,7 @@ def _apply(
     w.problems.update(b.contain.problems)
     w.time_bound = w.time_bound or b.time_bound
     reset_cycle_state(snap)
-    serve(snap, b.now, carry.starts)
+    serve(snap, b.now)
     carry.keep(w, stamp)
     carry.patched += 1
     carry.recorded = len(dirty_nodes & known)

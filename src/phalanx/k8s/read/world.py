@@ -17,7 +17,7 @@ from typing import Any
 from phalanx.core.decisions import Bind
 from phalanx.core.model import GpuRequest, Node, Workload
 from phalanx.core.queues import QueueTree
-from phalanx.core.snapshot import Snapshot, gpu_seconds
+from phalanx.core.snapshot import Snapshot
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
@@ -142,7 +142,7 @@ def build_world(
     if carry is not None and stamp is not None and carry.unchanged(stamp):
         assert carry.world is not None and carry.snap is not None
         reset_cycle_state(carry.snap)
-        serve(carry.snap, now, carry.starts)
+        serve(carry.snap, now)
         return carry.world
     dra = dra or DraObjects()
     if carry is not None and (dra.slices or dra.claims or dra.classes):
@@ -171,7 +171,7 @@ def build_world(
     _leftovers(w, outcomes)
     if kept:
         reset_cycle_state(snap)
-    serve(snap, now, b.carry.starts if b.carry is not None else None)
+    serve(snap, now)
     w.time_bound = b.time_bound
     w.problems = b.contain.problems | {f"Queue {q}": msg for q, msg in queue_problems.items()}
     if b.carry is not None:
@@ -467,20 +467,23 @@ def settle_leftovers(w: World) -> None:
     )
 
 
-def serve(snap: Snapshot, now: float, starts: dict[str, float] | None = None) -> None:
-    """Each running workload's run so far: time since its pods started, and GPUs x that time.
-    `starts`: each run's start as worked out last cycle (the kept snapshot's), kept but for the
-    workloads whose tasks changed since (`Snapshot.rebound`, emptied here)."""
-    starts = {} if starts is None else starts
+def serve(snap: Snapshot, now: float) -> None:
+    """Each running workload's run so far, read from the snapshot's clock: time since its pods
+    started, and GPUs x that time. The clock moves to `now`; a run's start is worked out again only
+    for workloads whose tasks changed since (`Snapshot.rebound`, emptied here and handed on to the
+    service keeper in `Snapshot.runs_changed`): the others' runs go on as they were."""
+    snap.run_clock.now = now
+    workloads, running = snap.workloads, snap.running
     for name in snap.rebound:
-        starts.pop(name, None)
+        entry = workloads.get(name)
+        if entry is None:
+            continue
+        entry.run_since = None
+        if name in running:
+            entry.run_since = min(a.since for a in entry.bound.values())
+            entry.run_clock = snap.run_clock
+    snap.runs_changed |= snap.rebound
     snap.rebound.clear()
-    for name, entry in snap.running.items():
-        since = starts.get(name)
-        if since is None:
-            since = starts[name] = min(a.since for a in entry.bound.values())
-        entry.executed = ran = now - since if now > since else 0.0
-        entry.attained = gpu_seconds(entry.gpu_milli, ran)
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
