@@ -435,3 +435,29 @@ def test_a_gang_undone_by_a_refused_bind_says_why_on_its_pods(fake):
     told = dict(events(fake, "g-1"))
     assert "could not be bound" in told.get("BindFailed", ""), told
     s.stop()
+
+
+def test_gangs_are_bound_while_the_cycle_still_decides_and_never_twice(fake, monkeypatch):
+    """Issue 34: a burst's first gangs go out as the core places them, not after the whole burst."""
+    import phalanx.k8s.loop.scheduler as loop
+
+    cluster(fake, 4)
+    for k in range(3):
+        gang(fake, f"g{k}", 2, gpus=4)
+    fake.put(pod("share", annotations={"gpu-fraction": "0.5"}))  # a share: bound at the cycle's end
+    bound_during: list[int] = []
+    real = loop.decide
+
+    def deciding(*args, **kw):
+        decision = real(*args, **kw)
+        kw["stream"].wait()  # what was handed out before the cycle ended, all done by now
+        bound_during.append(sum(fake.binds.values()))
+        return decision
+
+    monkeypatch.setattr(loop, "decide", deciding)
+    s = scheduler(fake)
+    report = step(s, fake)
+    assert bound_during == [6], "the three gangs were bound before the cycle ended, the share not yet"
+    assert sorted(report.outcome.bound) == sorted(b.task for b in report.result.binds)
+    assert len(report.outcome.bound) == 7 and set(fake.binds.values()) == {1}
+    assert all(p["spec"].get("nodeName") for p in pods_of(fake).values())

@@ -42,6 +42,9 @@ class Allocate:
         heap = [(session.queue_key(q), q) for q in by_queue]
         heapq.heapify(heap)
         pos = dict.fromkeys(by_queue, 0)
+        # queues where a workload still waits: one placed behind it there is not handed out early,
+        # since preempt may yet make room for the waiting one with it (as it would without a stream)
+        waits: set[str] = set()
         while heap:
             _, q = heapq.heappop(heap)
             entries = by_queue[q]
@@ -51,8 +54,13 @@ class Allocate:
             pos[q] += 1
             if session.parked(entry) or no_room(session, entry):
                 session.attempted.add(entry.name)  # nothing frees up within the cycle: backfill skips it
+                waits.add(q)
             else:
-                allocate_workload(session, entry)
+                since = len(session.committed)
+                if not allocate_workload(session, entry):
+                    waits.add(q)
+                elif q not in waits:
+                    session.hand_out(entry, since)
             if pos[q] < len(entries):
                 heapq.heappush(heap, (session.queue_key(q), q))
 
@@ -92,7 +100,10 @@ class Allocate:
                 session.attempted.add(entry.name)
                 started = False
             else:
+                since = len(session.committed)
                 started = allocate_workload(session, entry)
+                if started:
+                    session.hand_out(entry, since)
             if started:
                 heapq.heappush(heap, (session.queue_key(q), q))
                 continue

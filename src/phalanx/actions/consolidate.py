@@ -37,6 +37,8 @@ class Consolidate:
         w = entry.workload
         if entry.name == gang or not w.preemptible or session.clock - a.since < self.min_runtime:
             return False
+        if entry.name in session.streamed:  # handed out earlier in the cycle: its binds are final
+            return False
         if w.subgroups or w.preempt_whole:  # moved, a task could leave its subgroup's domain; or
             return False  # its workload is disrupted only whole (disruptionMode: PodGroup)
         return len(entry.tasks) == 1 or len(entry.bound) > w.gang_size

@@ -151,6 +151,7 @@ def victims(
         v
         for v in pool
         if v.entry.workload.name in running
+        and v.entry.workload.name not in session.streamed  # already handed out: its binds are final
         and eligible(v.entry)
         and (
             (

@@ -6,12 +6,17 @@ import numpy as np
 
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
-from phalanx.core.session import Session
+from phalanx.core.session import Session, Stream
 from phalanx.core.snapshot import Snapshot
 
 
 def run_cycle(
-    snapshot: Snapshot, profile: Profile, clock: float, rng: np.random.Generator, apply: bool = False
+    snapshot: Snapshot,
+    profile: Profile,
+    clock: float,
+    rng: np.random.Generator,
+    apply: bool = False,
+    stream: Stream | None = None,
 ) -> CycleResult:
     """Run one scheduling cycle.
 
@@ -23,9 +28,13 @@ def run_cycle(
        `apply`, keep them instead: the snapshot ends as `snapshot.apply(result, clock)` would
        leave it, without undoing and redoing every placement (a tenth of a cycle).
 
+    With `stream`, each workload allocate places whole is also handed out as soon as it is placed
+    (its binds are final: nothing later in the cycle evicts or moves it), so a driver can bind the
+    first gangs of a burst while the rest are decided; the result still holds every bind.
+
     Deterministic: same snapshot, profile, clock and rng state give the same result.
     """
-    session = Session(snapshot, profile, clock, rng)
+    session = Session(snapshot, profile, clock, rng, stream)
     try:
         for action in profile.actions:
             action.execute(session)

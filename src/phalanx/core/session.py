@@ -7,7 +7,7 @@ open a statement, record a pending reason) so that actions stay short recipes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -16,7 +16,7 @@ import numpy as np
 from phalanx.core import drafit
 from phalanx.core.classes import PlacementClass, PlacementClasses
 from phalanx.core.cluster import BoolArray, IntArray
-from phalanx.core.decisions import CycleResult, Hold, Pending, Reason
+from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
@@ -37,13 +37,27 @@ class Reservation:
     due: float
 
 
+Stream = Callable[[str, list[Bind]], None]  # a workload placed whole, and its binds, as soon as final
+
+
 class Session:
-    def __init__(self, snapshot: Snapshot, profile: Profile, clock: float, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        profile: Profile,
+        clock: float,
+        rng: np.random.Generator,
+        stream: Stream | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.profile = profile
         self.clock = clock
         self.rng = rng
         self.committed: list[Op] = []
+        # workloads handed out to the driver before the cycle ended (`hand_out`): final, so no
+        # later action of the cycle evicts or moves them
+        self.stream = stream
+        self.streamed: set[str] = set()
         self.pending: dict[str, Pending] = {}
         self.attempted: set[str] = set()
         # gang shapes found not to fit this cycle (cleared when an eviction frees capacity)
@@ -355,6 +369,19 @@ class Session:
         return True
 
     # ----------------------------------------------------------------- result
+    def hand_out(self, entry: WorkloadEntry, since: int) -> None:
+        """With a `stream`, hand a workload that allocate just placed to the driver at once, so its
+        binds go out while the cycle goes on: only when every operation committed since `since`
+        binds one of its tasks (nothing else was moved to make room for it)."""
+        if self.stream is None:
+            return
+        ops = self.committed[since:]
+        name = entry.name
+        if not ops or any(op.kind != "bind" or op.alloc.task.workload != name for op in ops):
+            return
+        self.streamed.add(name)
+        self.stream(name, [self.snapshot.bind_of(op.alloc) for op in ops])
+
     def result(self) -> CycleResult:
         """Decisions from committed operations; a task bound and evicted in one cycle cancels out."""
         out = CycleResult()

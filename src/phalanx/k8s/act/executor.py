@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Container
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -88,6 +88,32 @@ class Scene:
             dra_devices=world.snapshot.dra_devices,
             group_claims=world.group_claims,
         )
+
+
+class Streamed:
+    """Gangs the core handed out before its cycle ended, bound at once by the executor's workers
+    while the cycle goes on (the first binds of a burst need not wait for the whole burst to be
+    decided). Gangs with DRA claims or GPU shares are left for the cycle's end, where claims and
+    reservation pods are tidied first."""
+
+    def __init__(self, executor: Executor, scene: Scene) -> None:
+        self.executor, self.scene = executor, scene
+        self.handed: dict[str, Future[Outcome]] = {}
+        self.binds: dict[str, Bind] = {}  # those handed out, by task
+
+    def __call__(self, workload: str, binds: list[Bind]) -> None:
+        if any(b.claims for b in binds) or any(is_share(b) for b in binds):
+            return
+        self.binds.update((b.task, b) for b in binds)
+        gang = partial(self.executor._gang, scene=self.scene, plan=True)
+        self.handed[workload] = self.executor.pool.submit(gang, (workload, binds))
+
+    def wait(self) -> Outcome:
+        """What became of every gang handed out (each bound, deferred or undone)."""
+        out = Outcome()
+        for future in self.handed.values():
+            out.merge(future.result())
+        return out
 
 
 class Retry(Exception):
@@ -180,9 +206,16 @@ class Executor:
                 self.evict(task, why, out)
 
     # ------------------------------------------------------------------ binds
-    def apply(self, result: CycleResult, scene: Scene) -> Outcome:
-        """The cycle's evictions, then its gangs' binds (those onto a node an eviction frees wait)."""
+    def stream(self, scene: Scene) -> Streamed:
+        """Where the core hands out gangs while it decides (`run_cycle`'s `stream`)."""
+        return Streamed(self, scene)
+
+    def apply(self, result: CycleResult, scene: Scene, streamed: Streamed | None = None) -> Outcome:
+        """The cycle's evictions, then its gangs' binds (those onto a node an eviction frees wait).
+        Gangs already handed out while the cycle was decided (`streamed`) are not bound again:
+        their outcomes are waited for and joined to the rest."""
         out = Outcome()
+        handed = streamed.handed if streamed is not None else {}
         parts = list(self.pool.map(self._evict_one, [(ev.task, ev.reason) for ev in result.evictions]))
         for p in parts:
             out.merge(p)
@@ -195,11 +228,15 @@ class Executor:
             gangs.setdefault(b.workload, []).append(b)
         todo = []
         for workload, binds in gangs.items():
+            if workload in handed:
+                continue
             if any(b.node in held for b in binds):
                 out.deferred += [b.task for b in binds]
             else:
                 todo.append((workload, binds))
         self._bind_all(todo, scene, True, out)
+        if streamed is not None:
+            out.merge(streamed.wait())
         return out
 
     def _evict_one(self, item: tuple[str, str]) -> Outcome:

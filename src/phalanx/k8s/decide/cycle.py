@@ -19,6 +19,7 @@ import numpy as np
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
+from phalanx.core.session import Stream
 from phalanx.k8s.decide.insight import Insight, RunTimes, insights
 from phalanx.k8s.read.world import World
 
@@ -67,17 +68,20 @@ def decide(
     rng: np.random.Generator | None = None,
     *,
     evicted_for: Memory | None = None,
+    stream: Stream | None = None,
 ) -> Decision:
     """One applied cycle on `world` (the snapshot ends as the decisions leave it).
 
     `rng`: the loop's own, carried across cycles; one-off callers get a fresh seeded one.
     `evicted_for`: the driver's memory of evictions across cycles, lent to the snapshot for this
     cycle (the core adds this cycle's evictions to it); without it the snapshot's own is used.
+    `stream`: where gangs go as soon as they are placed (the loop binds them while the cycle goes on).
     """
     snap = world.snapshot
     if evicted_for is not None:
         snap.evicted_for = evicted_for
-    result = run_cycle(snap, profile, now, rng if rng is not None else np.random.default_rng(0), apply=True)
+    rng = rng if rng is not None else np.random.default_rng(0)
+    result = run_cycle(snap, profile, now, rng, apply=True, stream=stream)
     return Decision(world, profile, now, result)
 
 

@@ -25,7 +25,7 @@ from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
-from phalanx.k8s.act.executor import Executor, Outcome, Scene
+from phalanx.k8s.act.executor import Executor, Outcome, Scene, Streamed
 from phalanx.k8s.act.explain import Explainer
 from phalanx.k8s.act.staging import StageRequests
 from phalanx.k8s.client.api import Api
@@ -211,13 +211,24 @@ class Scheduler:
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        decision = decide(world, self.profile, now, self.rng, evicted_for=self.repeats.evicted_for)
-        result = decision.result
-        if result.binds or result.evictions:
-            self.carry.applied = True  # the snapshot moved on: the next cycle reads again
-        t_decide = time.perf_counter()
         scene = Scene.of(world, read.pods, read.gathered.dra)
-        binds = self._act(world, scene, result, out, now)
+        streamed = self.executor.stream(scene)  # gangs bound as the core places them
+        self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
+        try:
+            try:
+                decision = decide(
+                    world, self.profile, now, self.rng, evicted_for=self.repeats.evicted_for, stream=streamed
+                )
+            except BaseException:
+                self._assume(streamed.wait(), streamed.binds, now)  # what was bound before it failed
+                raise
+            result = decision.result
+            if result.binds or result.evictions:
+                self.carry.applied = True  # the snapshot moved on: the next cycle reads again
+            t_decide = time.perf_counter()
+            binds = self._act(world, scene, result, out, now, streamed)
+        finally:
+            self.explainer.writer.resume()
         t_act = time.perf_counter()
         self._tell(read, scene, decision, out, binds, now)
         t_end = time.perf_counter()
@@ -293,25 +304,25 @@ class Scheduler:
         self._save_service(now)
 
     def _act(
-        self, world: World, scene: Scene, result: CycleResult, out: Outcome, now: float
+        self, world: World, scene: Scene, result: CycleResult, out: Outcome, now: float, streamed: Streamed
     ) -> dict[str, Bind]:
         """Decisions -> API calls: GPU-share reservations tidied, binds an earlier run planned finished,
-        then this cycle's evictions and binds; what was done is assumed until the watch shows it.
-        Returns every bind tried, by task."""
+        then this cycle's evictions and binds (joined to those `streamed` while the cycle was decided);
+        what was done is assumed until the watch shows it. Returns every bind tried, by task."""
         self.executor.tidy_shares(world, self.assume.gone, out)
-        self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
-        try:
-            if world.unfinished:
-                self.executor.finish(world.unfinished, scene, out)
-            out.merge(self.executor.apply(result, scene))
-        finally:
-            self.explainer.writer.resume()
+        if world.unfinished:
+            self.executor.finish(world.unfinished, scene, out)
+        out.merge(self.executor.apply(result, scene, streamed))
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
+        self._assume(out, binds, now)
+        return binds
+
+    def _assume(self, out: Outcome, binds: dict[str, Bind], now: float) -> None:
+        """What the API was asked is taken as done until the watch shows it."""
         for task in out.bound:
             self.assume.bound(task, binds[task], now)
         for task in out.evicted:
             self.assume.evicted(task, now)
-        return binds
 
     def _tell(
         self, read: Read, scene: Scene, decision: Decision, out: Outcome, binds: dict[str, Bind], now: float
