@@ -119,9 +119,9 @@ def test_attained_service_and_fair_share_history_survive_a_restart(kube: Kube) -
         wait_for("a and b bound", lambda: kube.node_of("a") and kube.node_of("b"), timeout=30)
         kube.run_pod("a", started_s_ago=7200)  # a has run 2 h in this run: 8 GPU-hours
         kube.run_pod("b", started_s_ago=600)
-        wait_for("both running", lambda: len(s1.service._running) == 2, timeout=20)
-        (wa,) = [w for w in s1.service._running if w.endswith("/a")]
-        (wb,) = [w for w in s1.service._running if w.endswith("/b")]
+        wait_for("both running", lambda: len(s1.service.running_totals()) == 2, timeout=20)
+        (wa,) = [w for w in s1.service.running_totals() if w.endswith("/a")]
+        (wb,) = [w for w in s1.service.running_totals() if w.endswith("/b")]
         # b ran 10 GPU-hours before it was preempted (an earlier run that the pods no longer show)
         s1.service.served[wb] = 36000.0
         # and a was evicted once for a preemptor shaped like b: the repeat guard remembers it
@@ -152,7 +152,7 @@ def test_attained_service_and_fair_share_history_survive_a_restart(kube: Kube) -
     with running(kube, **cfg) as s2:  # a new scheduler: nothing in memory
         wait_for("a cycle", lambda: s2.cycles > 1, timeout=20)
         assert s2.service.served[wb] == 36000.0
-        run = s2.service._running
+        run = s2.service.running_totals()
         assert sorted(run, key=run.get) == las_before  # without the record, b (2,400 s) would go first
         assert run[wb] >= 36000.0 + 4 * 600
         hist = s2.service.history

@@ -90,6 +90,10 @@ class AttainedService:
         """Workloads whose service is kept: runs that ended, and runs going on at the last cycle."""
         return len(self.served) + len(self._runs)
 
+    def running_totals(self) -> dict[str, float]:
+        """Each workload running at the last call, and its attained service then."""
+        return {name: self._total(run) for name, run in self._runs.items()}
+
     def _total(self, run: Run) -> float:
         """A run's total as of the last call (what `WorkloadEntry.attained` read then)."""
         base, since, gpu_milli = run
@@ -100,7 +104,7 @@ class AttainedService:
         return {
             "version": 1,
             "served": self.served,
-            "running": {name: self._total(run) for name, run in self._runs.items()},
+            "running": self.running_totals(),
             "history": {q: [float(x) for x in v] for q, v in self.history.items()},
             "history_time": self.history_time,
             "evictions": self.evictions,
