@@ -149,8 +149,9 @@ def test_short_lived_classes_are_given_up_with_the_same_decisions(monkeypatch: p
             for action in session.profile.actions:
                 action.execute(session)
             out = decisions(session.result())
+            classes = session._classes
             session.close()
-            return out, session._classes
+            return out, classes
 
     fast, classes = once(False)
     full, _ = once(True)

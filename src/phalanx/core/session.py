@@ -414,6 +414,7 @@ class Session:
             if not st._closed:
                 st.discard()
         self.committed.clear()
+        self._classes = None  # it points back at the session: freed with it, not left to the collector
 
     def close(self) -> None:
         """Undo everything this cycle did, so the caller's snapshot is unchanged."""
@@ -422,3 +423,4 @@ class Session:
                 st.discard()
         while self.committed:
             undo(self.snapshot, self.committed.pop())
+        self._classes = None

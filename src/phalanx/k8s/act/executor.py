@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -70,7 +70,7 @@ class Scene:
     decisions rather than set on it before each call."""
 
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod objects by namespace/name
-    uids: dict[str, str] = field(default_factory=dict)  # pod uids by namespace/name
+    uids: Mapping[str, str] = field(default_factory=dict)  # pod uids by namespace/name
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # ResourceClaims; our writes update it
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)  # DeviceClasses by name
     dra_devices: dict[tuple[str, str, str], DraDevice] = field(default_factory=dict)
@@ -78,16 +78,35 @@ class Scene:
     claims_lock: threading.Lock = field(default_factory=threading.Lock)  # gangs are bound concurrently
 
     @classmethod
-    def of(cls, world: World, pods: list[dict[str, Any]], dra: DraObjects) -> Scene:
-        by_key = {object_key(p): p for p in pods}
+    def of(
+        cls, world: World, pods: list[dict[str, Any]], dra: DraObjects, keys: list[str] | None = None
+    ) -> Scene:
+        """`keys`: the pods' keys in their order, as the watch cache files them (else worked out)."""
+        by_key = dict(zip(keys, pods, strict=True)) if keys is not None else {object_key(p): p for p in pods}
         return cls(
             pods=by_key,
-            uids={k: str((o.get("metadata") or {}).get("uid", "")) for k, o in by_key.items()},
+            uids=Uids(by_key),
             claims={object_key(c): c for c in dra.claims},
             device_classes={str((c.get("metadata") or {}).get("name")): c for c in dra.classes},
             dra_devices=world.snapshot.dra_devices,
             group_claims=world.group_claims,
         )
+
+
+class Uids(Mapping[str, str]):
+    """Pod uids by key, read from the pods when asked: a cycle binds a few pods of many."""
+
+    def __init__(self, pods: Mapping[str, dict[str, Any]]) -> None:
+        self._pods = pods
+
+    def __getitem__(self, key: str) -> str:
+        return str((self._pods[key].get("metadata") or {}).get("uid", ""))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pods)
+
+    def __len__(self) -> int:
+        return len(self._pods)
 
 
 class Streamed:

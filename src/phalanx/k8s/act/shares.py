@@ -23,7 +23,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -235,7 +235,9 @@ class Shares:
             return True
         return False
 
-    def prepare(self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: dict[str, str]) -> ShareStep:
+    def prepare(
+        self, binds: list[Bind], pods: dict[str, dict[str, Any]], uids: Mapping[str, str]
+    ) -> ShareStep:
         """READY when every share of the gang has its GPU and its ConfigMap (bind now); LATER while a
         reservation pod waits for its GPU; otherwise Broke: why the gang cannot go there."""
         shares = [b for b in binds if is_share(b)]
@@ -310,7 +312,9 @@ class Shares:
             self.pods[slot] = obj
             self.touched[slot] = self.clock()
 
-    def _configmap(self, b: Bind, uuids: list[str], pod: dict[str, Any] | None, uids: dict[str, str]) -> str:
+    def _configmap(
+        self, b: Bind, uuids: list[str], pod: dict[str, Any] | None, uids: Mapping[str, str]
+    ) -> str:
         ns, _, name = b.task.partition("/")
         notes = ((pod or {}).get("metadata") or {}).get("annotations") or {}
         cm = notes.get(keys.GPU_CONFIGMAP)

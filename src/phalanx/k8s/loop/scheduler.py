@@ -69,6 +69,7 @@ class Read:
     pods: list[dict[str, Any]]
     gathered: Gathered
     world: World
+    keys: list[str] | None = None  # the pods' keys, in their order
 
 
 class Scheduler:
@@ -211,7 +212,7 @@ class Scheduler:
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        scene = Scene.of(world, read.pods, read.gathered.dra)
+        scene = Scene.of(world, read.pods, read.gathered.dra, read.keys)
         streamed = self.executor.stream(scene)  # gangs bound as the core places them
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         try:
@@ -276,7 +277,7 @@ class Scheduler:
             self.metrics.reads.labels("patched" if self.carry.patched != patched else "kept").inc()
             self.metrics.recorded.observe(self.carry.recorded)
             world = self._audit(world, gathered, now)
-        return Read(pods, gathered, world)
+        return Read(pods, gathered, world, keys_)
 
     def _feed(self, assumed: set[str]) -> Feed:
         """What changed since the kept world was read: the watch cache's feed, and the pods whose

@@ -17,6 +17,7 @@ gang that lets a restarted scheduler finish the binds it had started.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from phalanx.core.cluster import MigSlice
@@ -101,7 +102,7 @@ def stale_keys(current: dict[str, Any], b: Bind) -> list[str]:
     return [k for k in ALL if k in current and k not in new]
 
 
-def encode_plan(binds: list[Bind], uids: dict[str, str]) -> str:
+def encode_plan(binds: list[Bind], uids: Mapping[str, str]) -> str:
     tasks = {b.task: {"uid": uids.get(b.task, ""), **binding_notes(b)} for b in binds}
     return json.dumps({"workload": binds[0].workload, "tasks": tasks}, separators=(",", ":"), sort_keys=True)
 
