@@ -55,10 +55,12 @@ class NativeStatus:
         result: CycleResult | None,
     ) -> None:
         """`scheduled`: the explainer's (status, reason, message) per workload this cycle."""
-        owner = {p.key: name for name, g in world.groups.items() for p in g.pods}
+        evictions = result.evictions if result is not None else []
+        # which group each pod is in: needed only when something was evicted
+        owner = {p.key: name for name, g in world.groups.items() for p in g.pods} if evictions else {}
         preempted: dict[str, str] = {}
         evicted: dict[str, set[str]] = {}
-        for ev in result.evictions if result is not None else ():
+        for ev in evictions:
             if ev.task in owner:
                 preempted.setdefault(owner[ev.task], ev.reason)
                 evicted.setdefault(owner[ev.task], set()).add(ev.task)

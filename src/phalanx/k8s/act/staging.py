@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from phalanx.core.snapshot import Snapshot
@@ -30,6 +31,10 @@ class StageRequests:
         self.ttl = ttl
         self.horizon = ttl if horizon is None else horizon
         self.wanted: dict[tuple[str, str], tuple[str, float]] = {}  # (node, dataset) -> (workload, when)
+        # nodes that may carry a request: ours, and any found when every node was last looked at
+        # (at the first update and every `ttl` seconds: an earlier or another leader's requests)
+        self.marked: set[str] = set()
+        self.scanned: float | None = None
 
     def plan(self, snap: Snapshot, ahead: Insight, now: float) -> dict[str, dict[str, str]]:
         """Node -> {dataset: workload} that should be requested now."""
@@ -52,19 +57,44 @@ class StageRequests:
             out.setdefault(node, {})[ds] = workload
         return out
 
-    def update(self, snap: Snapshot, ahead: Insight, nodes: list[dict[str, Any]], now: float) -> None:
-        """Write the requests that changed; clear those no longer wanted."""
+    def update(
+        self,
+        snap: Snapshot,
+        ahead: Insight,
+        nodes: Callable[[], list[dict[str, Any]]],
+        node: Callable[[str], dict[str, Any] | None],
+        now: float,
+    ) -> None:
+        """Write the requests that changed; clear those no longer wanted. `nodes`: every Node (read
+        now and then, for requests another leader left); `node`: one by name. Otherwise only nodes
+        wanted now or that carried a request are looked at."""
         want = self.plan(snap, ahead, now)
-        for obj in nodes:
-            meta = obj.get("metadata") or {}
-            name = str(meta.get("name") or "")
-            have = (meta.get("annotations") or {}).get(keys.STAGE_DATASETS)
+        if self.scanned is None or now - self.scanned >= self.ttl:
+            self.scanned = now
+            self.marked |= {_name(o) for o in nodes() if keys.STAGE_DATASETS in _notes(o)}
+        for name in sorted(self.marked | set(want)):
+            obj = node(name)
+            if obj is None:
+                self.marked.discard(name)
+                continue
+            have = _notes(obj).get(keys.STAGE_DATASETS)
             text = json.dumps(want[name], sort_keys=True, separators=(",", ":")) if name in want else None
+            if text is None and have is None:
+                self.marked.discard(name)
             if have == text or (have is None and text is None):
                 continue
             try:
                 self.api.patch(NODES, name, None, {"metadata": {"annotations": {keys.STAGE_DATASETS: text}}})
                 if text:
                     log.info("node %s: stage ahead %s", name, text)
+                    self.marked.add(name)
             except Exception as e:  # a request is an optimisation: the next cycle tries again
                 log.warning("node %s: staging request not written: %s", name, e)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _notes(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}

@@ -54,41 +54,40 @@ class Assumptions:
     ) -> list[dict[str, Any]]:
         """The store's pods with our recent binds and evictions applied (the watch lags behind);
         `keys`: the pods' keys, as the store files them (else worked out here). The edited copies
-        are also kept in `overlay`, by key. Nothing assumed: the store's pods as they are, at once."""
+        are also kept in `overlay`, by key. Nothing assumed: the store's pods as they are, at once.
+        Only the assumed pods are looked at: the list and its keys' positions are copied whole."""
         self.overlay = {}
         if not self:
             return pods
-        out = []
-        seen: set[str] = set()
-        for key, p in zip(keys if keys is not None else (object_key(p) for p in pods), pods, strict=True):
-            seen.add(key)
-            if key in self.gone:
-                if now - self.gone[key] >= self.ttl:
-                    del self.gone[key]
-                elif not (p.get("metadata") or {}).get("deletionTimestamp"):
-                    # evicted, the watch does not show it yet: it still holds its devices until it is
-                    # gone (a graceful deletion waits for the kubelet), so it counts as terminating,
-                    # until the end the API server gives it (without this, the pods of one eviction
-                    # the watch has and has not shown yet read as ending at different times)
-                    p = copy.deepcopy(p)
-                    p[ASSUMED] = True
-                    p.setdefault("metadata", {})["deletionTimestamp"] = grace_end(p, self.gone[key])
-            hit = self.assumed.get(key)
-            if hit is not None:
-                if (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
-                    del self.assumed[key]  # the watch caught up (or never will)
-                else:
-                    b = hit[0]
-                    p = copy.deepcopy(p)
-                    p[ASSUMED] = True
-                    p.setdefault("spec", {})["nodeName"] = b.node
-                    notes = p.setdefault("metadata", {}).setdefault("annotations", {})
-                    notes.update({k: v for k, v in encode(b).items() if v is not None})
-            if p.get(ASSUMED):
-                self.overlay[key] = p
-            out.append(p)
-        for key in [k for k in self.gone if k not in seen]:
-            del self.gone[key]
-        for key in [k for k in self.assumed if k not in seen]:
-            del self.assumed[key]
+        keys = keys if keys is not None else [object_key(p) for p in pods]
+        at = dict(zip(keys, range(len(keys)), strict=True))
+        out = list(pods)
+        for key in list(self.gone):
+            i = at.get(key)
+            if i is None:
+                del self.gone[key]  # gone from the store too
+            elif now - self.gone[key] >= self.ttl:
+                del self.gone[key]
+            elif not (out[i].get("metadata") or {}).get("deletionTimestamp"):
+                # evicted, the watch does not show it yet: it still holds its devices until it is
+                # gone (a graceful deletion waits for the kubelet), so it counts as terminating,
+                # until the end the API server gives it (without this, the pods of one eviction
+                # the watch has and has not shown yet read as ending at different times)
+                p = copy.deepcopy(out[i])
+                p[ASSUMED] = True
+                p.setdefault("metadata", {})["deletionTimestamp"] = grace_end(p, self.gone[key])
+                out[i] = self.overlay[key] = p
+        for key in list(self.assumed):
+            i = at.get(key)
+            hit = self.assumed[key]
+            if i is None or (out[i].get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
+                del self.assumed[key]  # the watch caught up (or never will), or the pod is gone
+                continue
+            b = hit[0]
+            p = copy.deepcopy(out[i])
+            p[ASSUMED] = True
+            p.setdefault("spec", {})["nodeName"] = b.node
+            notes = p.setdefault("metadata", {}).setdefault("annotations", {})
+            notes.update({k: v for k, v in encode(b).items() if v is not None})
+            out[i] = self.overlay[key] = p
         return out

@@ -3,7 +3,10 @@ preemptors whose victims are still on their way out."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from phalanx.core.decisions import DISRUPTION_BUDGET, TERMINATING, Bind, CycleResult, Hold
+from phalanx.core.model import Node
 from phalanx.k8s.act.executor import Outcome
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
@@ -48,21 +51,30 @@ def cycle_metrics(
     m.evictions.inc(len(out.evicted))
     m.broken.inc(len(out.broken))
     s = world.snapshot
-    per_queue: dict[str, float] = {}
-    for a in s.allocations.values():
-        q = s.workloads[a.task.workload].workload.queue
-        per_queue[q] = per_queue.get(q, 0.0) + len(a.devices.gpus) * a.devices.milli / 1000
-    for q, v in per_queue.items():
-        m.queue_gpus.labels(q).set(v)
+    for q, milli in s.queue_gpu_milli.items():  # kept by the snapshot as binds and evictions go
+        m.queue_gpus.labels(q).set(milli / 1000)
     c = s.cluster
-    pools: dict[str, list[int]] = {}
-    for i, n in enumerate(s.nodes):
-        pool = n.labels.get(pool_label) or n.gpu_model or "cpu"
-        pools.setdefault(pool, []).append(i)
-    for pool, idx in pools.items():
-        total = float(c.gpu_count[idx].sum()) * 1000
-        free = float(c.gpu_free_total[idx].sum())
-        m.pool_gpus.labels(pool).set((total - free) / total if total else 0.0)
+    names, of_node = _pools(s.nodes, pool_label)
+    total = np.bincount(of_node, weights=c.gpu_count, minlength=len(names)) * 1000
+    free = np.bincount(of_node, weights=c.gpu_free_total, minlength=len(names))
+    for k, pool in enumerate(names):
+        m.pool_gpus.labels(pool).set(float((total[k] - free[k]) / total[k]) if total[k] else 0.0)
+
+
+_POOLS: dict[str, tuple[list[Node], list[str], np.ndarray]] = {}  # pool label -> the last nodes' pools
+
+
+def _pools(nodes: list[Node], pool_label: str) -> tuple[list[str], np.ndarray]:
+    """Each node's pool (its pool label, else its GPU model, else "cpu"), worked out again only when
+    the snapshot's nodes are another list (a kept snapshot keeps its list)."""
+    hit = _POOLS.get(pool_label)
+    if hit is not None and hit[0] is nodes:
+        return hit[1], hit[2]
+    names: dict[str, int] = {}
+    of_node = [names.setdefault(n.labels.get(pool_label) or n.gpu_model or "cpu", len(names)) for n in nodes]
+    out = (list(names), np.array(of_node, dtype=np.int64))
+    _POOLS[pool_label] = (nodes, *out)
+    return out
 
 
 def held_preemptors(result: CycleResult, out: Outcome, binds: dict[str, Bind]) -> dict[str, tuple[Hold, ...]]:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -332,17 +333,19 @@ class Scheduler:
         the background), and the dashboard's record."""
         world, result, queues = read.world, decision.result, read.gathered.queues
         ours = {str((q.get("metadata") or {}).get("name")) for q in queues if keys.is_ours(q)}
-        left_out = {
+        named = [p for p in world.problems if p.startswith(("Node ", "Queue "))]
+        left_out = {  # the nodes and queues that cannot be read (looked for only when there are some)
             label(kind, o): o
-            for kind, objs in (("Node", self.store.items("nodes")), ("Queue", queues))
+            for kind, objs in (("Node", self.store.items("nodes") if named else []), ("Queue", queues))
             for o in objs
-            if label(kind, o) in world.problems
+            if named and label(kind, o) in world.problems
         }
         ahead = decision.foresee(self.forecasting, finished=read.pods)
         insight = ahead.texts
         self.last_insight = insight
         if self.cfg.stage_ahead_s > 0:
-            self.staging.update(world.snapshot, ahead, self.store.items("nodes"), now)
+            nodes = partial(self.store.items, NODES.key)
+            self.staging.update(world.snapshot, ahead, nodes, partial(self.store.get, NODES.key), now)
         held = held_preemptors(result, out, binds)
         self.explainer.write(world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken)
         board_cycle(self.board, world, result, out, binds, insight, now)
