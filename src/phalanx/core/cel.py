@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import cel as _cel
-
 from phalanx.core.errors import SpecError
 
 _SUFFIX = {
@@ -143,6 +141,8 @@ def compile_selector(expression: str, where: str) -> Selector:
     hit = _COMPILED.get(expression)
     if hit is not None:
         return hit
+    import cel as _cel  # here, not at import: the package loads its CLI's prompt_toolkit (0.1 s of start)
+
     try:
         program = _cel.compile(expression)
     except Exception as e:  # the engine raises ValueError with the parser's message
@@ -159,6 +159,8 @@ class CelError(Exception):
 
 def context(device: Mapping[str, Any]) -> Any:
     """The evaluation context of one device (build it once per device and reuse it)."""
+    import cel as _cel
+
     return _cel.Context(variables={"device": dict(device)}, functions=FUNCTIONS)
 
 
