@@ -11,7 +11,8 @@ default profile, the one users get (`--profile phalanx` or another to measure th
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py kill    [--nodes 1000 --pods 4000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py latency [--nodes 1000,2000,5000 --rate 40]
 
-`latency` (issue 25): N nodes already running 4 one-GPU pods each; once the scheduler has placed
+`latency` (issue 25): N nodes already running 4 one-GPU pods each (`--running R`: R pods a node,
+the ones past 4 CPU pods; `--nodes 4000 --running 35` is 140,000 pods); once the scheduler has placed
 a warm-up pod, one-GPU pods arrive at --rate per second for --seconds; each pod's create->bind
 time is the client clock from just before its create to the watch showing it bound. Phalanx
 (the default profile, as users get it) and kube-scheduler (QPS 2000) on the same cluster shape,
@@ -249,11 +250,14 @@ def kill(nodes: int, pods: int, gang: int = 4) -> None:
 
 
 def running_pods(api: Api, nodes: int, per_node: int, scheduler: str) -> None:
-    """`per_node` one-GPU pods on each node, bound at creation (spec.nodeName): the work running."""
+    """`per_node` pods on each node, bound at creation (spec.nodeName): the work running. The first
+    four on each node hold one GPU, any more are CPU pods (35 a node: 140,000 pods on 4,000 nodes,
+    KAI-Scheduler #315's scale, as in bench_world.py)."""
     with ThreadPoolExecutor(32) as ex:
 
         def make(k: int) -> None:
-            p = pod(f"r{k:06d}", gpus=1, cpu="1", mem="1Gi", scheduler=scheduler, node=f"n{k % nodes:05d}")
+            gpus = 1 if k // nodes < 4 else 0
+            p = pod(f"r{k:06d}", gpus=gpus, cpu="1", mem="1Gi", scheduler=scheduler, node=f"n{k % nodes:05d}")
             p["metadata"].pop("uid")
             api.create(PODS, p, "default")
 
