@@ -83,6 +83,7 @@ def _same_world(scratch: World, patched: World, where: str) -> None:
     assert scratch.ended == patched.ended, where
     assert scratch.pod_problems == patched.pod_problems, where
     assert scratch.problems == patched.problems, where
+    assert scratch.native_groups == patched.native_groups, where
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,7 @@ from typing import Any
 from phalanx.core.decisions import CycleResult
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.read.lifecycle import gang_status
-from phalanx.k8s.read.native import is_native
-from phalanx.k8s.read.world import World
+from phalanx.k8s.read.world import World, native_objects
 
 SCHEDULED = "PodGroupScheduled"  # v1alpha2 (1.36)
 INITIALLY = "PodGroupInitiallyScheduled"  # v1beta1 (1.37)
@@ -68,9 +67,8 @@ class NativeStatus:
             placed = {p.key for p in world.groups[name].pods if p.node}
             if not placed <= evicted[name]:
                 del preempted[name]
-        for name, g in world.groups.items():
-            objs = g.members or ([g.pod_group] if is_native(g.pod_group) and g.pod_group else [])
-            objs = objs + g.composites
+        for name in sorted(world.native_groups):
+            objs = native_objects(world.groups[name])
             if not objs:
                 continue
             st = gang_status(world, name, bound)

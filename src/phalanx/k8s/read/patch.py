@@ -344,6 +344,7 @@ def _restage(
     """The group staged again as `build_world` stages it; returns its pods of ours now in the world."""
     snap = w.snapshot
     old = w.groups.pop(gid, None)
+    w.native_groups.discard(gid)
     if old is not None:
         for p in old.pods:
             w.problems.pop(_pod_label(p.key), None)

@@ -42,6 +42,9 @@ class World:
     tree: QueueTree | None
     pods: dict[str, PodInfo] = field(default_factory=dict)  # ours, by task name (namespace/name)
     groups: dict[str, Group] = field(default_factory=dict)  # by workload name
+    # the groups with Kubernetes-native objects (PodGroups, CompositePodGroups): those whose status
+    # the scheduler writes, kept as groups are staged (most groups of a large cluster have none)
+    native_groups: set[str] = field(default_factory=set)
     blocked: dict[str, list[str]] = field(default_factory=dict)  # workload -> why it cannot run
     # blocked workloads that only wait for pods not created yet: workload -> within the creation grace
     waiting_pods: dict[str, bool] = field(default_factory=dict)
@@ -328,6 +331,13 @@ def _stage(
     ]
 
 
+def native_objects(g: Group) -> list[dict[str, Any]]:
+    """The group's Kubernetes-native objects: its PodGroups (merged ones, or its own if native),
+    then the CompositePodGroups above it."""
+    objs = g.members or ([g.pod_group] if g.pod_group and native.is_native(g.pod_group) else [])
+    return objs + g.composites
+
+
 def stage_group(
     b: Build,
     w: World,
@@ -339,6 +349,10 @@ def stage_group(
     """One group: its problems (queue, claims, Kueue), and its Workload if it has none."""
     cfg, tree = b.cfg, w.tree
     w.groups[g.name] = g
+    if native_objects(g):
+        w.native_groups.add(g.name)
+    else:
+        w.native_groups.discard(g.name)
     for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
         w.pod_groups.pop(object_key(member), None)
     if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s):
