@@ -146,7 +146,8 @@ class Session:
         """
         s = self.snapshot
         natural = all(o.natural for o in self.profile.order)
-        special = s.fresh | s.partial
+        fresh, partial = s.fresh, s.partial  # a driver may mark every workload fresh: not copied here
+        specials = len(fresh) + len(partial)  # at least as many as the two together
         out: list[WorkloadEntry] = []
         for key, group in s.pending_groups.items():
             sample = next(iter(group.values()))
@@ -161,10 +162,10 @@ class Session:
                 picked = heapq.nsmallest(k + 1, group.values(), key=self.order_key)
             seen = {e.name for e in picked}
             out.extend(picked)
-            if len(special) < len(group):
-                out.extend(group[n] for n in special if n in group and n not in seen)
+            if specials < len(group):
+                out.extend(group[n] for n in fresh | partial if n in group and n not in seen)
             else:
-                out.extend(e for n, e in group.items() if n in special and n not in seen)
+                out.extend(e for n, e in group.items() if (n in fresh or n in partial) and n not in seen)
         return out
 
     def room_for(self, entry: WorkloadEntry) -> int:
