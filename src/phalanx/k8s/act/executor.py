@@ -79,10 +79,14 @@ class Scene:
 
     @classmethod
     def of(
-        cls, world: World, pods: list[dict[str, Any]], dra: DraObjects, keys: list[str] | None = None
+        cls,
+        world: World,
+        pods: list[dict[str, Any]],
+        dra: DraObjects,
+        by_key: dict[str, dict[str, Any]] | None = None,
     ) -> Scene:
-        """`keys`: the pods' keys in their order, as the watch cache files them (else worked out)."""
-        by_key = dict(zip(keys, pods, strict=True)) if keys is not None else {object_key(p): p for p in pods}
+        """`by_key`: the same pods by key, as the cycle read them (else worked out)."""
+        by_key = by_key if by_key is not None else {object_key(p): p for p in pods}
         return cls(
             pods=by_key,
             uids=Uids(by_key),

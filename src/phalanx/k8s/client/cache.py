@@ -113,11 +113,10 @@ class Store:
         with self.lock:
             return list(self.objects.get(kind, {}).values())
 
-    def keyed(self, kind: str) -> tuple[list[str], list[dict[str, Any]]]:
-        """The kind's keys and objects, in one order (a reader need not work the keys out again)."""
+    def table(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The kind's objects by key: a copy of the table (a reader may edit it), not of the objects."""
         with self.lock:
-            table = self.objects.get(kind, {})
-            return list(table), list(table.values())
+            return self.objects.get(kind, {}).copy()
 
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         with self.lock:

@@ -54,40 +54,44 @@ class Assumptions:
     ) -> list[dict[str, Any]]:
         """The store's pods with our recent binds and evictions applied (the watch lags behind);
         `keys`: the pods' keys, as the store files them (else worked out here). The edited copies
-        are also kept in `overlay`, by key. Nothing assumed: the store's pods as they are, at once.
-        Only the assumed pods are looked at: the list and its keys' positions are copied whole."""
-        self.overlay = {}
+        are also kept in `overlay`, by key. Nothing assumed: the store's pods as they are, at once."""
         if not self:
+            self.overlay = {}
             return pods
         keys = keys if keys is not None else [object_key(p) for p in pods]
-        at = dict(zip(keys, range(len(keys)), strict=True))
-        out = list(pods)
+        table = dict(zip(keys, pods, strict=True))
+        self.apply_table(table, now)
+        return list(table.values())
+
+    def apply_table(self, table: dict[str, dict[str, Any]], now: float) -> None:
+        """`apply` on the pods by key (a copy of the watch cache's table, edited in place): only the
+        assumed pods are looked at."""
+        self.overlay = {}
         for key in list(self.gone):
-            i = at.get(key)
-            if i is None:
+            p = table.get(key)
+            if p is None:
                 del self.gone[key]  # gone from the store too
             elif now - self.gone[key] >= self.ttl:
                 del self.gone[key]
-            elif not (out[i].get("metadata") or {}).get("deletionTimestamp"):
+            elif not (p.get("metadata") or {}).get("deletionTimestamp"):
                 # evicted, the watch does not show it yet: it still holds its devices until it is
                 # gone (a graceful deletion waits for the kubelet), so it counts as terminating,
                 # until the end the API server gives it (without this, the pods of one eviction
                 # the watch has and has not shown yet read as ending at different times)
-                p = copy.deepcopy(out[i])
+                p = copy.deepcopy(p)
                 p[ASSUMED] = True
                 p.setdefault("metadata", {})["deletionTimestamp"] = grace_end(p, self.gone[key])
-                out[i] = self.overlay[key] = p
+                table[key] = self.overlay[key] = p
         for key in list(self.assumed):
-            i = at.get(key)
+            p = table.get(key)
             hit = self.assumed[key]
-            if i is None or (out[i].get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
+            if p is None or (p.get("spec") or {}).get("nodeName") or now - hit[1] >= self.ttl:
                 del self.assumed[key]  # the watch caught up (or never will), or the pod is gone
                 continue
             b = hit[0]
-            p = copy.deepcopy(out[i])
+            p = copy.deepcopy(p)
             p[ASSUMED] = True
             p.setdefault("spec", {})["nodeName"] = b.node
             notes = p.setdefault("metadata", {}).setdefault("annotations", {})
             notes.update({k: v for k, v in encode(b).items() if v is not None})
-            out[i] = self.overlay[key] = p
-        return out
+            table[key] = self.overlay[key] = p

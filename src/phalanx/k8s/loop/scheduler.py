@@ -70,7 +70,7 @@ class Read:
     pods: list[dict[str, Any]]
     gathered: Gathered
     world: World
-    keys: list[str] | None = None  # the pods' keys, in their order
+    by_key: dict[str, dict[str, Any]] | None = None  # the same pods by key
 
 
 class Scheduler:
@@ -213,7 +213,7 @@ class Scheduler:
         for task in world.stale_intents:
             self.executor.clear_intent(task)
         t_read = time.perf_counter()
-        scene = Scene.of(world, read.pods, read.gathered.dra, read.keys)
+        scene = Scene.of(world, read.pods, read.gathered.dra, read.by_key)
         streamed = self.executor.stream(scene)  # gangs bound as the core places them
         self.explainer.writer.pause()  # binds first: explanations wait for the burst to pass
         try:
@@ -260,8 +260,9 @@ class Scheduler:
         """The store -> the cycle's world: kept from the last cycle where nothing changed, checked
         now and then against one built from scratch."""
         assumed = self.assume.stamp()
-        keys_, objs = self.store.keyed(PODS.key)
-        pods = self.assume.apply(objs, now, keys_)
+        by_key = self.store.table(PODS.key)
+        self.assume.apply_table(by_key, now)
+        pods = list(by_key.values())
         gathered = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
         self._kueue_unhonoured(gathered.kueue)
         rebuilt, patched = self.carry.rebuilt, self.carry.patched
@@ -278,7 +279,7 @@ class Scheduler:
             self.metrics.reads.labels("patched" if self.carry.patched != patched else "kept").inc()
             self.metrics.recorded.observe(self.carry.recorded)
             world = self._audit(world, gathered, now)
-        return Read(pods, gathered, world, keys_)
+        return Read(pods, gathered, world, by_key)
 
     def _feed(self, assumed: set[str]) -> Feed:
         """What changed since the kept world was read: the watch cache's feed, and the pods whose
