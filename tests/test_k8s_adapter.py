@@ -397,7 +397,8 @@ def test_a_refused_eviction_keeps_the_preemptor_off_the_node(fake):
 
 
 def test_a_quiet_cluster_is_not_cycled_again_until_something_changes(fake):
-    """Issue 25: a cycle with nothing new costs nothing; anything waiting keeps the cycles coming."""
+    """Issues 25 and 34: a cycle with nothing new costs nothing; work that only waits for capacity
+    waits for a change (or the quiet recheck), not for the next period."""
     cluster(fake, 1)
     fake.put(pod("p", gpus=1))
     s = scheduler(fake)
@@ -405,13 +406,14 @@ def test_a_quiet_cluster_is_not_cycled_again_until_something_changes(fake):
     assert not s.quiet()
     step(s, fake)  # sees p bound, nothing waits
     assert s.quiet()
-    fake.put(pod("big", gpus=16))  # never fits: it waits, and a waiting pod keeps cycles coming
+    fake.put(pod("big", gpus=16))  # never fits: it waits
     deadline = time.monotonic() + 5
     while s.quiet() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not s.quiet()  # the store changed
-    step(s, fake)
-    assert not s.quiet()  # `big` waits: its reasons and forecasts move with the clock
+    report = step(s, fake)
+    assert report.result.pending and report.result.wake is None
+    assert s.quiet()  # `big` waits for capacity: nothing but a change can place it
     fake.delete("v1", "pods", "big", "default")
     deadline = time.monotonic() + 5
     while any(p["metadata"]["name"] == "big" for p in s.store.items("pods")) and time.monotonic() < deadline:
@@ -420,6 +422,34 @@ def test_a_quiet_cluster_is_not_cycled_again_until_something_changes(fake):
     assert s.quiet()
     s.last_cycle -= s.cfg.quiet_recheck_s  # and a quiet cluster is still looked at now and then
     assert not s.quiet()
+    s.stop()
+
+
+def test_a_preemptor_held_by_min_runtime_sleeps_the_loop_until_the_guard_ends(fake, tmp_path):
+    """Issue 34: the core's wake-up, not a cycle every period, brings the preemption when the guard ends."""
+    prof = tmp_path / "held.yaml"
+    prof.write_text(
+        "name: held\ntie_break: name\nactions:\n  - name: allocate\n"
+        "  - name: preempt\n    args: {min_runtime: 600}\norder:\n  - name: priority\n"
+    )
+    now = [1_795_946_500.0]  # 100 s after the pods' creationTimestamp, where low's run is counted from
+    cluster(fake, 1, gpus=1)
+    fake.put(pod("low", gpus=1))
+    s = scheduler(fake, profile=str(prof), clock=lambda: now[0])
+    step(s, fake)
+    step(s, fake)  # sees low bound
+    fake.put(pod("high", gpus=1, priority=100))
+    deadline = time.monotonic() + 5
+    while s.quiet() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    now[0] += 10
+    report = step(s, fake)
+    assert not report.result.evictions and report.result.wake is not None
+    assert "min_runtime" in report.result.wake.why and now[0] < s.wake_at <= now[0] + 600
+    assert s.quiet()  # high waits, but nothing but the clock can change that: no cycle before then
+    now[0] = s.wake_at
+    assert not s.quiet()
+    assert step(s, fake).outcome.evicted == ["default/low"]
     s.stop()
 
 

@@ -26,7 +26,7 @@ GOLDEN = {
     "phalanx": "7006194e909c406ec3be241d7c27c6c0",
     "fifo": "f5657b464438f08a4ebf6ec9ae3b8e55",
     "las": "176c5e9483f3770b8b1a8313d21a6505",
-    "srtf": "4eea06448ae77333536551907234ecd5",
+    "srtf": "d3e883c71d01844790ea60c5aa62dd25",  # issue 34: min_runtime holds wake the replay
     "phalanx-queues": "8483b566202d5f156d8b47ab81dbcb32",
     "k8s-default": "95516637f93db67e1b4e8bdd022b8679",
 }

@@ -58,3 +58,20 @@ def test_requests_follow_the_forecast_and_another_leaders_are_cleared() -> None:
     nodes.patches.clear()
     st.update(sc.snapshot, Insight(), nodes.all, nodes.objs.get, 270.0)  # a ttl after the last look
     assert nodes.patches == [("n0", None)] and nodes.listed == 3
+
+
+def test_a_start_beyond_the_horizon_says_when_it_comes_within() -> None:
+    """The scheduler's loop sleeps while work waits: staging says when to look again (issue 34)."""
+    sc = Scenario([make_node(f"n{k}").gpus(8).build() for k in range(2)])
+    sc.add(make_workload("default/later").podset("p", gpu=8, dataset="default/imagenet").build())
+    sc.add(make_workload("default/nodata").podset("p", gpu=8).build())
+    nodes = Nodes(["n0", "n1"])
+    st = StageRequests(nodes, ttl=60.0)  # type: ignore[arg-type]
+    ahead = Insight(
+        starts={"default/later": 500.0, "default/nodata": 300.0},
+        nodes={"default/later": [1], "default/nodata": [0]},
+    )
+    st.update(sc.snapshot, ahead, nodes.all, nodes.objs.get, 100.0)
+    assert nodes.patches == [] and st.due == 440.0  # 60 s ahead of its start; no data, no wake
+    st.update(sc.snapshot, ahead, nodes.all, nodes.objs.get, 440.0)
+    assert [n for n, _ in nodes.patches] == ["n1"] and st.due == float("inf")

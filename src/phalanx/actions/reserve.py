@@ -43,6 +43,8 @@ class Reserve:
             return
         head = min(heads, key=lambda e: (e.workload.creation_time, e.name))
         if self.min_wait and session.clock - head.workload.creation_time < self.min_wait:
+            due = head.workload.creation_time + self.min_wait
+            session.wake_at(due, f"reserve: {head.name} has waited min_wait")
             return  # the oldest has not waited long enough: nobody has
         gang, _ = gang_tasks(head)
         req = session.effective(gang[0].request)

@@ -8,6 +8,7 @@ from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.session import Session, Stream
 from phalanx.core.snapshot import Snapshot
+from phalanx.core.wake import next_wake
 
 
 def run_cycle(
@@ -27,6 +28,8 @@ def run_cycle(
     4. Undo everything, leaving `snapshot` as it was: the driver applies the decisions. With
        `apply`, keep them instead: the snapshot ends as `snapshot.apply(result, clock)` would
        leave it, without undoing and redoing every placement (a tenth of a cycle).
+    5. Say when the clock alone may change the answer (`result.wake`, `phalanx.core.wake`): the
+       driver need not cycle before then unless the snapshot changes.
 
     With `stream`, each workload allocate places whole is also handed out as soon as it is placed
     (its binds are final: nothing later in the cycle evicts or moves it), so a driver can bind the
@@ -48,4 +51,5 @@ def run_cycle(
         snapshot.note_evictions(result, clock)
     else:
         session.close()
+    result.wake = next_wake(session, result)
     return result

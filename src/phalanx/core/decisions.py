@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from phalanx.core.cluster import MigSlice
 from phalanx.core.dra import ClaimAllocation
+
+if TYPE_CHECKING:
+    from phalanx.core.wake import Wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +242,9 @@ class CycleResult:
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    # when the clock alone may change what the next cycle decides (`phalanx.core.wake`); None: only
+    # a change to the snapshot can
+    wake: Wake | None = None
 
     def pending_for(self, workload: str) -> Pending | None:
         for p in self.pending:

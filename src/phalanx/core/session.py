@@ -26,6 +26,7 @@ from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Op, Statement, undo
+from phalanx.core.wake import Wake
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -67,6 +68,8 @@ class Session:
         self._by_queue: dict[str, list[WorkloadEntry]] | None = None
         self._fair: dict[str, Vector] | None = None
         self.reservation: Reservation | None = None
+        # the earliest moment an action said its answer changes by the clock alone (`wake_at`)
+        self.wake: Wake | None = None
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
         self.memo: dict[object, object] = {}
         self._classes: PlacementClasses | None = None
@@ -382,6 +385,11 @@ class Session:
             return
         self.streamed.add(name)
         self.stream(name, [self.snapshot.bind_of(op.alloc) for op in ops])
+
+    def wake_at(self, at: float, why: str) -> None:
+        """An action's answer changes at `at` even if nothing else does: the cycle's wake-up says so."""
+        if at > self.clock and (self.wake is None or at < self.wake.at):
+            self.wake = Wake(at, why)
 
     def result(self) -> CycleResult:
         """Decisions from committed operations; a task bound and evicted in one cycle cancels out."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from phalanx.core.model import (
 )
 from phalanx.core.queues import QueueTree, Vector
 from phalanx.core.queues import fair_shares as queue_fair_shares
+
+if TYPE_CHECKING:
+    from phalanx.core.wake import RankWakes
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +304,12 @@ class Snapshot:
         # accounted them (it empties the set when it has)
         self.run_clock = RunClock()
         self.runs_changed: set[str] = set()
+        # for the core's wake-up (`phalanx.core.wake`): the workloads whose run or service changed
+        # since it last looked (a driver that writes a run's service adds it), and a count moved
+        # when every running workload's did (`advance`); the rank changes it keeps
+        self.ranks_moved: set[str] = set()
+        self.service_epoch = 0
+        self.rank_wakes: RankWakes | None = None
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
@@ -660,6 +670,7 @@ class Snapshot:
         self.cluster.take(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         self.touched.add(alloc.node)
         self.rebound.add(entry.name)
+        self.ranks_moved.add(entry.name)
         for c in alloc.claims:
             self.dra.take(c, self.dra_devices)
         entry.bound[alloc.task.name] = alloc
@@ -687,6 +698,7 @@ class Snapshot:
         self.cluster.give(alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.devices)
         self.touched.add(alloc.node)
         self.rebound.add(entry.name)
+        self.ranks_moved.add(entry.name)
         for c in alloc.claims:
             self.dra.give(c.claim, self.dra_devices)
         del entry.bound[alloc.task.name]
@@ -792,6 +804,8 @@ class Snapshot:
         self.history_time = now
         if dt == 0:
             return
+        if self.running:
+            self.service_epoch += 1
         for entry in self.running.values():
             entry.attained_base += gpu_seconds(entry.gpu_milli, dt)
             entry.executed_base += dt

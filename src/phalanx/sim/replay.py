@@ -1,7 +1,8 @@
 """Time replay of a job trace through `run_cycle`: arrivals, completions, cycles, node failures.
 
-A cycle runs after every batch of simultaneous events (and every `cycle_interval` seconds
-while work is pending, if set). A gang starts running once `min_available` of its tasks are
+A cycle runs after every batch of simultaneous events, at the core's wake-up (a guard's end,
+a rank change: `phalanx.core.wake`), and every `cycle_interval` seconds while work is pending,
+if set. A gang starts running once `min_available` of its tasks are
 bound; its run time comes from the runtime model (spread, cache, sharing) at that moment.
 A node failure or an eviction (preempt, reclaim, consolidate) stops a job: it keeps the work
 up to its last checkpoint (every `checkpoint_interval` seconds of run; 0 keeps nothing), loses
@@ -15,6 +16,7 @@ and jobs partly placed but never started are deadlocked.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -24,7 +26,7 @@ from typing import IO
 import numpy as np
 
 from phalanx.core.cycle import run_cycle
-from phalanx.core.decisions import CHECKPOINT, CycleResult
+from phalanx.core.decisions import CycleResult
 from phalanx.core.errors import SpecError
 from phalanx.core.forecast import forecast
 from phalanx.core.fragmentation import FragmentationIndex, TypeTable
@@ -32,7 +34,6 @@ from phalanx.core.model import Node
 from phalanx.core.profile import Profile
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot, TaskType, WorkloadEntry
-from phalanx.core.traits import change_forecasts
 from phalanx.sim.datacache import DataCache
 from phalanx.sim.engine import Engine, Event, Kind
 from phalanx.sim.jobs import JobSpec
@@ -346,8 +347,7 @@ class ReplayRun:
         self.running: set[str] = set()
         self.finished = 0  # jobs completed, for `progress`
         self.interval_tick = -math.inf  # the latest --cycle-interval cycle asked for
-        self.rank_ticks: set[float] = set()
-        self.checkpoint_tick = -math.inf  # the cycle outstanding for evictions that wait for checkpoints
+        self.wake_ticks: list[float] = []  # the cycles outstanding for the core's wake-ups
         self.eta_seen = 0  # jobs that had to wait when they arrived
         # attained service and executed time are read only by dynamic orders (LAS, SRTF) and the decay
         # of queue history: without them, skip the walk over every running workload each cycle
@@ -386,7 +386,6 @@ class ReplayRun:
         self.out.cycles += 1
         self.out.evicted_tasks += len(result.evictions)
         self._stop_evicted(result, now)
-        self._tick_for_checkpoints(result, now)
         if self.settings.check:
             self.cluster.check_invariants()
         if self.settings.log is not None:
@@ -398,7 +397,7 @@ class ReplayRun:
             self.data.plan(self.snap, self.profile, now, self._runtime_for_plan)
         if self.settings.eta_every > 0:
             self._forecast_arrivals(batch, now)
-        self._tick_for_rank_changes(now)
+        self._tick_for_wake(result, now)
         self._tick_for_interval(now)
         if self.settings.progress is not None:
             self.settings.progress(self.finished, self.total_jobs)
@@ -464,22 +463,6 @@ class ReplayRun:
             # a gang below its minimum stops; an elastic one shrunk to its minimum runs on
             if name in self.running and not self.snap.workloads[name].is_ready:
                 self._stop(name, now, evicted=True)
-
-    def _tick_for_checkpoints(self, result: CycleResult, now: float) -> None:
-        """Victims guarded by a checkpoint window: one cycle when the earliest waiting preemptor's
-        victims line up (one such cycle outstanding at a time, so waits do not multiply cycles)."""
-        due = min(
-            (
-                h.until
-                for p in result.pending
-                for h in p.holds
-                if h.guard == CHECKPOINT and h.until is not None and h.until > now
-            ),
-            default=math.inf,
-        )
-        if due < math.inf and not (now < self.checkpoint_tick <= due):
-            self.checkpoint_tick = due
-            self.eng.schedule(due, Kind.TICK)
 
     def _start_ready(self, result: CycleResult, now: float) -> None:
         """A gang bound up to its minimum starts running: its run time is set by where it landed."""
@@ -599,24 +582,16 @@ class ReplayRun:
 
     # ------------------------------------------------------------------ the next cycles
 
-    def _tick_for_rank_changes(self, now: float) -> None:
-        """An order that changes with time run (LAS levels): a cycle when a running workload's
-        rank changes, as the policy defines it, not only at the next arrival or completion."""
-        snap, profile = self.snap, self.profile
-        changes = change_forecasts(profile.order)
-        if changes and snap.pending_workloads():
-            soon = min(
-                (
-                    t
-                    for o in changes
-                    for e in snap.running.values()
-                    if (t := o.next_change(e, now)) is not None
-                ),
-                default=math.inf,
-            )
-            if soon < math.inf and soon > now and soon not in self.rank_ticks:
-                self.rank_ticks.add(soon)
-                self.eng.schedule(soon, Kind.TICK)
+    def _tick_for_wake(self, result: CycleResult, now: float) -> None:
+        """The core's wake-up (a guard's end, a rank change, an action's own clock): a cycle then,
+        unless one is already due by then (so waits do not multiply cycles)."""
+        ticks = self.wake_ticks
+        while ticks and ticks[0] <= now:
+            heapq.heappop(ticks)
+        wake = result.wake
+        if wake is not None and not (ticks and ticks[0] <= wake.at):
+            heapq.heappush(ticks, wake.at)
+            self.eng.schedule(wake.at, Kind.TICK)
 
     def _tick_for_interval(self, now: float) -> None:
         """--cycle-interval: while work waits, a cycle every interval (one outstanding at a time)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -35,13 +36,20 @@ class StageRequests:
         # (at the first update and every `ttl` seconds: an earlier or another leader's requests)
         self.marked: set[str] = set()
         self.scanned: float | None = None
+        # when the next forecast start comes within the horizon (the scheduler's loop wakes then)
+        self.due = math.inf
 
     def plan(self, snap: Snapshot, ahead: Insight, now: float) -> dict[str, dict[str, str]]:
         """Node -> {dataset: workload} that should be requested now."""
+        self.due = math.inf
         for workload, nodes in ahead.nodes.items():
             entry = snap.workloads.get(workload)
             start = ahead.starts.get(workload)
-            if entry is None or start is None or start - now > self.horizon:
+            if entry is None or start is None:
+                continue
+            if start - now > self.horizon:
+                if any(ps.request.dataset for ps in entry.workload.podsets):
+                    self.due = min(self.due, start - self.horizon)
                 continue
             datasets = {ps.request.dataset for ps in entry.workload.podsets if ps.request.dataset}
             for ds in sorted(datasets):

@@ -39,6 +39,8 @@ def board_cycle(
         b.remember(now, "undone", workload, "", why)
     if b.wanted():
         b.update_later(world, result, insight, now)  # a view: built aside, never holds up a cycle
+    else:
+        b.behind = True
 
 
 def cycle_metrics(

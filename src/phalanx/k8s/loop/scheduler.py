@@ -122,6 +122,8 @@ class Scheduler:
         self.staging = StageRequests(api, cfg.stage_ahead_s)
         # the store's generation when a cycle left nothing to do (None: the next cycle must run)
         self.quiet_at: int | None = None
+        # when the clock alone may change the last cycle's answer (the core's wake-up, `result.wake`)
+        self.wake_at = math.inf
         self.last_cycle = -math.inf  # when the last cycle ran (the clock's time)
 
     @property
@@ -175,24 +177,35 @@ class Scheduler:
                         self.step()
                     except Exception:  # a bad cycle must not kill the scheduler
                         self.quiet_at = None
+                        self.wake_at = math.inf
                         self.carry.drop()  # whatever it left half done: the next cycle starts afresh
                         log.exception("cycle failed")
-            self.store.changed.wait(self.cfg.cycle_seconds)
+            self.store.changed.wait(self._pause())
             self.store.changed.clear()
         if self.elector.fatal is not None:
             raise self.elector.fatal
 
     def quiet(self) -> bool:
         """Whether a cycle now would decide nothing: nothing in the store changed since a cycle
-        that left nothing waiting, binding, evicting or to clean up (then the core's answer
-        depends on no clock). A quiet cluster is still looked at every `quiet_recheck_s`."""
-        save_due = self.service_loaded and self.clock() - self.service_saved >= self.cfg.service_save_s
+        that left nothing binding, evicting or to clean up, the core's wake-up is not due (a
+        guard's end, a rank change: `phalanx.core.wake`), and no browser looks at an older view.
+        Work that waits for capacity waits for a change, not for the next period. Drift with no
+        one moment (fair-share history decaying) is looked at every `quiet_recheck_s`, as a quiet
+        cluster is."""
+        now = self.clock()
+        save_due = self.service_loaded and now - self.service_saved >= self.cfg.service_save_s
         return (
             self.quiet_at is not None
             and self.quiet_at == self.store.generation
-            and 0 <= self.clock() - self.last_cycle < self.cfg.quiet_recheck_s
+            and 0 <= now - self.last_cycle < self.cfg.quiet_recheck_s
+            and now < self.wake_at
             and not save_due  # the attained-service record is kept fresh even on a quiet cluster
+            and not self.board.wants_cycle()  # a browser opened on a view older than the last cycle
         )
+
+    def _pause(self) -> float:
+        """How long the loop waits for a change: a period, or less when the core's wake-up is sooner."""
+        return max(0.0, min(self.cfg.cycle_seconds, self.wake_at - self.clock()))
 
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepReport:
@@ -243,6 +256,7 @@ class Scheduler:
         if full is not None:
             self.metrics.gc_full.observe(full)
         self.quiet_at = None if self._busy(world, result, out) else generation
+        self.wake_at = min(result.wake.at if result.wake is not None else math.inf, self._staging_due())
         if out.bound or out.evicted or out.broken:
             log.info(
                 "cycle %d: %d bound, %d evicted, %d gang(s) undone, %d waiting (%.2f s: %s)",
@@ -351,11 +365,15 @@ class Scheduler:
         self.explainer.write(world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken)
         board_cycle(self.board, world, result, out, binds, insight, now)
 
+    def _staging_due(self) -> float:
+        """When a forecast start comes within the staging horizon (its data is asked for then)."""
+        return self.staging.due if self.cfg.stage_ahead_s > 0 else math.inf
+
     def _busy(self, world: World, result: CycleResult, out: Outcome) -> bool:
-        """Whether the next cycle must run even if nothing in the store changes."""
+        """Whether the next cycle must run even if nothing in the store changes (work that only
+        waits does not: the core's wake-up says when the clock alone changes its answer)."""
         return bool(
-            result.pending
-            or result.binds
+            result.binds
             or result.evictions
             or world.blocked
             or world.waiting_pods

@@ -66,6 +66,7 @@ class AttainedService:
             if entry is not None:
                 entry.attained_base += served
                 snap.serviced.add(name)  # reset with the next cycle's standing
+                snap.ranks_moved.add(name)
         if full:
             self._runs = {}
         for name in running.keys() if full else changed | self.served.keys():

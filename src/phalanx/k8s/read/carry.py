@@ -146,7 +146,9 @@ def reset_cycle_state(snap: Snapshot) -> None:
     tasks or service changed are visited (`Snapshot.settled`, `rebound`, `serviced`): the others
     are as a fresh one's."""
     workloads = snap.workloads
-    for name in snap.settled | snap.rebound | snap.serviced:
+    reset = snap.settled | snap.rebound | snap.serviced
+    snap.ranks_moved |= reset  # their service is counted again
+    for name in reset:
         entry = workloads.get(name)
         if entry is not None:
             entry.parked_epoch = -1

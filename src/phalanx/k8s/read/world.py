@@ -497,6 +497,7 @@ def serve(snap: Snapshot, now: float) -> None:
             entry.run_since = min(a.since for a in entry.bound.values())
             entry.run_clock = snap.run_clock
     snap.runs_changed |= snap.rebound
+    snap.ranks_moved |= snap.rebound
     snap.rebound.clear()
 
 

@@ -92,11 +92,18 @@ class Board:
     building: threading.Event = field(default_factory=threading.Event)
     # the driver's clock (the scheduler's injected one): when asked, and whether someone still looks
     clock: Callable[[], float] = time.time
+    # the last cycle's view was not built (nobody looked, or a build was still running): a browser
+    # that asks now wants a cycle even where nothing changed (`Scheduler.quiet`)
+    behind: bool = True
     _state: dict[str, Any] = field(default_factory=dict)
     _details: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def wanted(self) -> bool:
         return self.clock() - self.asked < WANTED_FOR_S
+
+    def wants_cycle(self) -> bool:
+        """Someone looks at a view older than the last cycle."""
+        return self.behind and self.wanted()
 
     def reading(self) -> bool:
         """Whether a build on the dashboard's thread still reads an earlier cycle's world: the
@@ -135,8 +142,10 @@ class Board:
         newer cycles are skipped rather than queued.
         """
         if self.building.is_set():
+            self.behind = True
             return
         self.building.set()
+        self.behind = False
 
         def run() -> None:
             try:
