@@ -117,7 +117,9 @@ def next_wake(session: Session, result: CycleResult) -> Wake | None:
                 best = Wake(h.until, f"{h.action}: {h.guard} of {h.victim} ends (holds {p.workload})")
     snap = session.snapshot
     forecasts = change_forecasts(session.profile.order)
-    if forecasts and snap.pending_workloads():
+    if not forecasts:
+        snap.ranks_moved.clear()  # no order whose ranks move: nothing will read them
+    elif snap.pending_workloads():
         if snap.rank_wakes is None:
             snap.rank_wakes = RankWakes()
         first = snap.rank_wakes.earliest(snap, forecasts, now)
