@@ -12,12 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from dra_kube import device_classes, nic_device, slice_
 from kube_objects import node, pod, pod_group, queue
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.k8s import keys
 from phalanx.k8s.read.carry import Carry
+from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.devices import binding_notes, encode_plan
 from phalanx.k8s.read.world import World
 
@@ -27,7 +29,7 @@ NOW = 1.8e9
 class Cluster:
     """API objects as a watch cache would hold them, each change a new resourceVersion."""
 
-    def __init__(self, rng: random.Random, nodes: int, queues: bool) -> None:
+    def __init__(self, rng: random.Random, nodes: int, queues: bool, dra: bool = False) -> None:
         self.rng = rng
         self.rv = 0
         self.nodes = [self._stamp(node(f"n{i}", gpus=rng.choice([0, 4, 8]))) for i in range(nodes)]
@@ -35,6 +37,19 @@ class Cluster:
         self.groups: list[dict[str, Any]] = []
         self.queues = [self._stamp(queue("team-a", 16)), self._stamp(queue("team-b", 8))] if queues else []
         self.serial = 0
+        # DRA: DraNet's two RDMA NICs published on every node, and the claims allocated there
+        self.dra = dra
+        self.classes: list[dict[str, Any]] = []
+        self.slices: list[dict[str, Any]] = []
+        if dra:
+            self.classes = [self._stamp(c) for c in device_classes() if c["metadata"]["name"] == "dranet"]
+            for n in (nd["metadata"]["name"] for nd in self.nodes):
+                nics = [nic_device(k, k) for k in range(2)]
+                self.slices.append(self._stamp(slice_(f"{n}-nic", "dra.net", n, nics)))
+        self.claims: list[dict[str, Any]] = []
+
+    def dra_objects(self) -> DraObjects:
+        return DraObjects(self.classes, self.slices, self.claims)
 
     def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
@@ -122,7 +137,48 @@ class Cluster:
             q["spec"]["resources"]["gpu"]["quota"] = rng.choice([4, 8, 16])
             self.changed(q)
             return f"quota {q['metadata']['name']}"
+        if r < 0.97 and self.groups:
+            return self._group_event(rng.choice(self.groups))
+        if r < 0.99 and self.dra:
+            return self._claim_event()
         return "nothing"
+
+    def _group_event(self, pg: dict[str, Any]) -> str:
+        """A PodGroup changed: its minimum, its minimum made unreadable, or the object deleted."""
+        name, r = pg["metadata"]["name"], self.rng.random()
+        if r < 0.2:
+            self.groups.remove(pg)
+            self.rv += 1
+            return f"deleted PodGroup {name}"
+        pg["spec"]["minMember"] = "many" if r < 0.35 else self.rng.choice([1, 2, 3])
+        self.changed(pg)
+        return f"PodGroup {name} minMember {pg['spec']['minMember']}"
+
+    def _claim_event(self) -> str:
+        """DRA: a pod of ours whose claim is not made yet, or another scheduler's claim allocated on a
+        node's NIC (or that claim deallocated)."""
+        if self.rng.random() < 0.4:
+            p = self.new_pod(gpus=1)
+            p["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "one-nic"}]
+            return f"pod {p['metadata']['name']} with a claim"
+        if self.claims and self.rng.random() < 0.4:
+            gone = self.claims.pop(self.rng.randrange(len(self.claims)))
+            self.rv += 1
+            return f"deleted claim {gone['metadata']['name']}"
+        n = self.rng.choice(self.nodes)["metadata"]["name"]
+        self.serial += 1
+        result = {"request": "nic", "driver": "dra.net", "pool": n, "device": f"nic-{self.rng.randrange(2)}"}
+        on = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+        alloc = {"devices": {"results": [result]}, "nodeSelector": {"nodeSelectorTerms": [on]}}
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"c{self.serial}", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+            "status": {"allocation": alloc, "reservedFor": [{"resource": "pods", "name": "x", "uid": "x"}]},
+        }
+        self.claims.append(self._stamp(claim))
+        return f"claim on {n}"
 
     def bind(self, world: World, binds: list[Any], fail: float) -> None:
         """What our executor does with a cycle's binds; some fail (the pod keeps no node), and some

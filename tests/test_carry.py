@@ -82,16 +82,20 @@ def test_a_quiet_cycle_records_no_node() -> None:
     assert carry.recorded == 1 and carry.rebuilt == 1  # one node changed: one node recorded
 
 
-def test_dra_objects_turn_the_carry_off_and_it_starts_afresh_after() -> None:
-    """Claims hold devices across nodes: with any DRA object the snapshot is built each cycle, and
-    the one kept from before is not used again once they are gone."""
+def test_dra_objects_make_every_full_read_start_afresh() -> None:
+    """Claims hold devices across nodes: with any DRA object each full read builds its snapshot anew
+    (kept only for the change feed's patches), and none built with them is kept once they are gone."""
     c, cfg, memo, carry = _settled(seed=2, nodes=4, events=20)
     first = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry)
     dra = DraObjects(classes=[{"metadata": {"name": "gpu.example.com"}, "spec": {}}])
     with_dra = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, dra=dra, carry=carry)
-    assert carry.snap is None and with_dra.snapshot is not first.snapshot
-    after = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW, memo, carry=carry)
-    assert after.snapshot is not first.snapshot and carry.snap is after.snapshot
+    assert with_dra.snapshot is not first.snapshot and carry.snap is with_dra.snapshot
+    again = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW + 1, memo, dra=dra, carry=carry)
+    assert again.snapshot is not with_dra.snapshot
+    after = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW + 2, memo, carry=carry)
+    assert after.snapshot is not again.snapshot and carry.snap is after.snapshot
+    kept = build_world(c.nodes, c.pods, c.groups, c.queues, cfg, NOW + 3, memo, carry=carry)
+    assert kept.snapshot is after.snapshot
 
 
 def test_the_same_inputs_after_a_cycle_that_changed_nothing_give_the_same_world() -> None:

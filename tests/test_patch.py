@@ -12,13 +12,21 @@ import copy
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from cluster_events import NOW, Cluster, decide_alike
 from kube_objects import node, pod_group
+from phalanx.core.cycle import run_cycle
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s.client.cache import Store, object_key
-from phalanx.k8s.client.kinds import OUR_POD_GROUPS, OUR_QUEUES
+from phalanx.k8s.client.kinds import (
+    DEVICE_CLASSES,
+    OUR_POD_GROUPS,
+    OUR_QUEUES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.service import AttainedService
 from phalanx.k8s.read.carry import Carry
@@ -45,6 +53,9 @@ class Watched:
             ("pods", self.c.pods),
             (OUR_POD_GROUPS.key, self.c.groups),
             (OUR_QUEUES.key, self.c.queues),
+            (DEVICE_CLASSES.key, self.c.classes),
+            (RESOURCE_SLICES.key, self.c.slices),
+            (RESOURCE_CLAIMS.key, self.c.claims),
         ):
             for o in objs:
                 now[(kind, object_key(o))] = o
@@ -66,7 +77,7 @@ def _patched(w: Watched, cfg: AdapterConfig, memo: Translations, carry: Carry, n
     store = w.store
     at = store.generation
     changes = store.changes(carry.at) if carry.at is not None else None
-    feed = Feed(changes, lambda k: store.get("pods", k), lambda n: store.get("nodes", n))
+    feed = Feed(changes, lambda k: store.get("pods", k), lambda n: store.get("nodes", n), store.get)
     world = gather(store.items, False, cfg).world(cfg, now, memo, carry, stamp=at, feed=feed)
     carry.at = at
     return world
@@ -84,14 +95,26 @@ def _same_world(scratch: World, patched: World, where: str) -> None:
     assert scratch.pod_problems == patched.pod_problems, where
     assert scratch.problems == patched.problems, where
     assert scratch.native_groups == patched.native_groups, where
+    assert scratch.pod_groups == patched.pod_groups, where
+    assert scratch.group_claims == patched.group_claims, where
+
+
+def _scratch(c: Cluster, cfg: AdapterConfig, now: float = NOW) -> World:
+    """The world built from scratch from a copy of the cluster's objects."""
+    objs = copy.deepcopy((c.nodes, c.pods, c.groups, c.queues))
+    return build_world(*objs, cfg, now, Translations(), dra=copy.deepcopy(c.dra_objects()))
 
 
 @pytest.mark.parametrize(
-    ("seed", "profile_name"), [(k, "") for k in range(8)] + [(k, "las-exact") for k in range(3)]
+    ("seed", "profile_name", "dra"),
+    [(k, "", False) for k in range(8)]
+    + [(k, "las-exact", False) for k in range(3)]
+    + [(k, "", True) for k in range(3)],
 )
-def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_name: str) -> None:
+def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_name: str, dra: bool) -> None:
+    """DRA: NICs published on every node, claims allocated and deleted, pods of ours with claims."""
     rng = random.Random(1000 + seed)
-    c = Cluster(rng, nodes=rng.choice([3, 6, 10]), queues=seed % 2 == 1)
+    c = Cluster(rng, nodes=rng.choice([3, 6, 10]), queues=seed % 2 == 1, dra=dra)
     w = Watched(c)
     cfg = AdapterConfig()
     profile = load_profile(profile_name or cfg.profile)
@@ -108,7 +131,7 @@ def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_na
         history += ["(none)"] if quiet else [c.event() for _ in range(rng.randint(1, 4))]
         w.sync()
         patched_before = carry.patched
-        scratch = build_world(*copy.deepcopy((c.nodes, c.pods, c.groups, c.queues)), cfg, now, Translations())
+        scratch = _scratch(c, cfg, now)
         patched = _patched(w, cfg, memo, carry, now)
         service_a.apply(scratch.snapshot, now)
         service_b.apply(patched.snapshot, now)
@@ -241,3 +264,61 @@ def test_a_trace_replayed_through_the_api_objects_reads_and_decides_as_a_scratch
             break
     assert ended == len(jobs), f"{ended} of {len(jobs)} jobs ran to their end by step {step}"
     assert carry.patched > 100, f"patched {carry.patched} cycles"
+
+
+def test_the_drivers_memory_of_evictions_outlives_a_patch_that_stages_its_workload_again() -> None:
+    """The scheduler lends its memory of evictions (`evicted_for`) to each cycle's snapshot; a patch
+    that stages a workload again must not forget that workload's entry in it (the repeat window
+    would let the same workload be evicted again at once)."""
+    c = Cluster(random.Random(0), nodes=2, queues=False)
+    victim = c.new_pod(gpus=1)
+    w = Watched(c)
+    w.sync()
+    cfg = AdapterConfig()
+    memo, carry = Translations(), Carry()
+    first = _patched(w, cfg, memo, carry)
+    c.bind(
+        first,
+        run_cycle(first.snapshot, load_profile(cfg.profile), NOW, np.random.default_rng(0), apply=True).binds,
+        fail=0.0,
+    )
+    carry.applied = True
+    w.sync()
+    kept = _patched(w, cfg, memo, carry)
+    memory: dict[str, Any] = {"default/p1": {("a preemptor's shape",): NOW}}
+    kept.snapshot.evicted_for = memory  # lent for the cycle, as `decide` does
+    victim["metadata"]["labels"]["touched"] = "1"  # the victim's pod changes: its workload is staged anew
+    c.changed(victim)
+    w.sync()
+    before = carry.patched
+    _patched(w, cfg, memo, carry)
+    assert carry.patched == before + 1
+    assert memory == {"default/p1": {("a preemptor's shape",): NOW}}
+
+
+def test_podgroup_changes_are_patched_and_read_as_a_full_read_reads_them() -> None:
+    """A PodGroup's minimum changed, made unreadable, then the object deleted: each patched (no full
+    read), each the world a full read gives."""
+    c = Cluster(random.Random(0), nodes=2, queues=False)
+    pg = c._stamp(pod_group("pair", 2))
+    c.groups.append(pg)
+    for _ in range(2):
+        c.new_pod(gpus=1, labels={"phalanx.io/pod-group": "pair"})
+    w = Watched(c)
+    w.sync()
+    cfg = AdapterConfig()
+    memo, carry = Translations(), Carry()
+    _patched(w, cfg, memo, carry)
+    for change in (3, "many", 2, None):  # 2 then gone: the same minimum, no longer said as minMember
+        if change is None:
+            c.groups.remove(pg)
+            c.rv += 1
+        else:
+            pg["spec"]["minMember"] = change
+            c.changed(pg)
+        w.sync()
+        before = carry.patched
+        patched = _patched(w, cfg, memo, carry)
+        assert carry.patched == before + 1, change
+        _same_world(_scratch(c, cfg), patched, f"minMember {change}:\n")
+    assert "default/pair" not in patched.pod_groups and "default/pair" not in patched.blocked

@@ -312,6 +312,7 @@ class Scheduler:
             changes,
             lambda k: overlay.get(k) or self.store.get(PODS.key, k),
             lambda n: self.store.get(NODES.key, n),
+            self.store.get,
         )
 
     def _keep_service(self, snap: Snapshot, now: float) -> None:

@@ -5,10 +5,11 @@ the cluster, not with what changed (issue 25). Now the scheduler keeps its last 
 and records anew only the nodes whose pods changed; workloads whose pods did not change keep their
 entry. There is still one source of truth, the snapshot itself: what a node holds is compared with
 what was recorded there (allocation by allocation, so binds and evictions a cycle made, or a
-what-if left behind, make the node record anew), and whenever the nodes, the queues, the datasets
-or the DRA objects change the snapshot is built from scratch. Nodes are independent in the
-snapshot, so recording a node anew gives what a fresh snapshot would have (tests/test_carry.py
-builds both after random event sequences and compares them).
+what-if left behind, make the node record anew), and whenever the nodes, the queues or the datasets
+change the snapshot is built from scratch; so is every full read while DRA objects exist (claims
+hold devices across nodes; the world patched from the change feed is kept meanwhile). Nodes are
+independent in the snapshot, so recording a node anew gives what a fresh snapshot would have
+(tests/test_carry.py builds both after random event sequences and compares them).
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ class Carry:
     patched: int = 0  # cycles that patched the last world from the change feed
     recorded: int = 0  # nodes recorded anew in the last cycle
 
-    def start(self, base: tuple[object, ...], make: Callable[[], Snapshot]) -> tuple[Snapshot, bool]:
+    def start(self, base: tuple[object, ...] | None, make: Callable[[], Snapshot]) -> tuple[Snapshot, bool]:
         """The carried snapshot if `base` (nodes, queues, datasets) is what it was built from, else a new
-        one (and whether it was kept)."""
+        one (and whether it was kept). `base` None: a new one, never kept by the next `start` either."""
         self.made = set()
-        if self.snap is not None and self.base is not None and _same(self.base, base):
+        if self.snap is not None and self.base is not None and base is not None and _same(self.base, base):
             return self.snap, True
         self.snap, self.base, self.nodes = make(), base, {}
         self.rebuilt += 1

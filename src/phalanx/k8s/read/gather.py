@@ -63,6 +63,7 @@ class Gathered:
                 cfg,
                 now,
                 memo,
+                get=feed.get,
                 kueue=self.kueue,
                 jobs=self.jobs,
                 stamp=stamp,
@@ -85,7 +86,7 @@ class Gathered:
             stamp=stamp,
         )
         if carry is not None and feed is not None and (w is not last or carry.index is None):
-            remember(carry, w, self.nodes, self.pods, self.groups, self.dra, cfg, memo)
+            remember(carry, w, self.nodes, self.pods, self.groups, cfg, memo)
         return w
 
 

@@ -4,11 +4,14 @@
 read grew with the cluster. Here the last world is patched instead: the pods the feed names are
 classified again, the groups they belong to (and those whose state reads the clock) are staged again
 exactly as `build_world` stages them, and only the nodes those pods are on, or whose snapshot state
-the core changed (`Snapshot.touched`), are recorded again. What cannot be patched that way returns
-None and the caller builds the world from scratch: a change to anything but pods, nodes and Jobs, a
-node whose parsed form or datasets changed, DRA objects (claims hold devices across nodes), GPU
-shares and reservation pods among the changes (their accounting spans pods), PodGroups that merge
-groups into multi-level gangs, and a burst that touches a large part of the cluster. The guard is
+the core changed (`Snapshot.touched`), are recorded again. A changed PodGroup stages its group
+again. What cannot be patched that way returns None and the caller builds the world from scratch: a
+change to anything but pods, nodes, PodGroups and Jobs (queues, DRA objects, Kueue's), a node whose
+parsed form or datasets changed, pods with ResourceClaims among the changes or in a changed group
+(claims hold devices across nodes: a DRA cluster is patched while its DRA objects and its pods with
+claims stay as they are), GPU shares and reservation pods among the changes (their accounting spans
+pods), PodGroups that merge groups into multi-level gangs, and a burst that touches a large part of
+the cluster. The guard is
 the same as the kept snapshot's: after random event sequences the patched world equals one built
 from scratch (tests/test_patch.py), and the scheduler audits it against one now and then.
 """
@@ -24,11 +27,10 @@ from phalanx.core.decisions import Bind
 from phalanx.core.model import Node
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import Changes, object_key
-from phalanx.k8s.client.kinds import JOBS, NODES, PODS
+from phalanx.k8s.client.kinds import COMPOSITE_POD_GROUPS, JOBS, NODES, POD_GROUPS, PODS
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.carry import Carry, record_nodes, reset_cycle_state
-from phalanx.k8s.read.claims import DraObjects
-from phalanx.k8s.read.contain import label, outlined
+from phalanx.k8s.read.contain import label, mapping, outlined
 from phalanx.k8s.read.devices import decode_plan
 from phalanx.k8s.read.groups import ended_member, first_level, group_pods, merges
 from phalanx.k8s.read.kueue import Kueue
@@ -50,8 +52,11 @@ from phalanx.k8s.read.world import (
 )
 
 Lookup = Callable[[str], dict[str, Any] | None]  # the object of a key now (None: gone)
+KindLookup = Callable[[str, str], dict[str, Any] | None]  # (kind key, object key) -> the object now
 BURST = 0.25  # a change to more than this share of the pods is cheaper read from scratch
-PATCHED_KINDS = {PODS.key, NODES.key, JOBS.key}
+# PodGroups of every dialect but the composite ones (those merge groups), in the order a full read lists them
+GROUP_KINDS = tuple(k.key for k in POD_GROUPS if k not in COMPOSITE_POD_GROUPS)
+PATCHED_KINDS = {PODS.key, NODES.key, JOBS.key, *GROUP_KINDS}
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Feed:
     changes: Changes | None
     pod: Lookup
     node: Lookup
+    get: KindLookup | None = None  # any other kind's object (PodGroups); None: their changes read anew
 
 
 @dataclass
@@ -82,6 +88,8 @@ class Index:
     stale_pod: dict[str, str] = field(default_factory=dict)  # pod -> its plan, stale (node gone)
     stale_fit: dict[str, str] = field(default_factory=dict)  # pod -> its plan, stale (does not fit)
     placed: dict[str, Bind] = field(default_factory=dict)  # planned, not bound: binds to finish
+    claimed: set[str] = field(default_factory=set)  # pods whose objects name ResourceClaims
+    bare: dict[str, Node] = field(default_factory=dict)  # nodes with DRA devices, as their Node reads alone
     _known: set[str] | None = None
 
     @property
@@ -98,18 +106,18 @@ def remember(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     pod_groups: list[dict[str, Any]],
-    dra: DraObjects,
     cfg: AdapterConfig,
     memo: Translations,
 ) -> None:
     """After a world built from scratch or kept: index it for the next cycle's patch (or not, where
     it could not be patched)."""
     carry.index = None
-    if w.snapshot is not carry.snap or dra.slices or dra.claims or dra.classes or merges(pod_groups):
+    if w.snapshot is not carry.snap or merges(pod_groups):
         return
     b = Build(cfg, 0.0, memo)
     seen: dict[str, Seen] = {}
     ended: dict[str, tuple[str, str]] = {}
+    claimed: set[str] = set()
     pod_groups = outlined("PodGroup", pod_groups, b.contain)  # as the full read leaves them out
     for obj in outlined("Pod", pods, b.contain):
         key = object_key(obj)
@@ -117,9 +125,17 @@ def remember(
         hit = ended_member(obj, cfg.scheduler_name)
         if hit is not None:
             ended[key] = hit
+        if _has_claims(obj):
+            claimed.add(key)
     by_name = {str((o.get("metadata") or {}).get("name", "")): o for o in nodes}
     parsed = {n.name: n for n in w.snapshot.nodes}
-    ix = Index(seen, ended, {}, {}, {}, {}, {}, {}, {k: by_name[k] for k in parsed}, parsed)
+    ix = Index(seen, ended, {}, {}, {}, {}, {}, {}, {k: by_name[k] for k in parsed}, parsed, claimed=claimed)
+    for name, n in parsed.items():
+        if n.dra:  # made with its published devices: a change to its Node is compared without them
+            bare = b.contain("Node", by_name[name], partial(memo.node, by_name[name], cfg))
+            if bare is None:
+                return
+            ix.bare[name] = bare
     for key, s in seen.items():
         if s.ours is not None:
             ix.members.setdefault(first_level(s.ours), set()).add(key)
@@ -150,6 +166,11 @@ def remember(
             ix.stale_pod[p.key] = p.plan_holder or p.key
         _leftover(ix, p, outcomes.get(p.key), p.key in outcomes)
     carry.index = ix
+
+
+def _has_claims(obj: dict[str, Any]) -> bool:
+    """Whether the pod names ResourceClaims (what they hold spans nodes and pods: not patched)."""
+    return bool(mapping(obj.get("spec")).get("resourceClaims"))
 
 
 def _pod_label(key: str) -> str:
@@ -191,6 +212,7 @@ def patch(
     now: float,
     memo: Translations,
     *,
+    get: KindLookup | None = None,
     kueue: Kueue | None = None,
     jobs: dict[str, dict[str, Any]] | None = None,
     stamp: object = None,
@@ -204,7 +226,13 @@ def patch(
         return None
     if len(pod_keys) > max(64, BURST * len(ix.seen)):
         return None
+    snap = w.snapshot
+    if any(a.claims for i in snap.touched for a in snap.on_node[i].values()):
+        return None  # the core placed claims last cycle: they are read back with their DRA objects
     b = Build(cfg, now, memo, carry=carry)
+    groups = _groups(b, changes, get)
+    if groups is None:
+        return None
     nodes = _nodes(b, ix, node_names, node_of)
     if nodes is None:
         return None
@@ -212,13 +240,36 @@ def patch(
     if pods is None:
         return None
     dirty_groups = set(w.clock_groups) | {f"{k.split('/', 1)[0]}/Job/{k.split('/', 1)[1]}" for k in job_keys}
+    dirty_groups |= groups.keys()
     for _, old, new, old_end, new_end in pods:
         dirty_groups |= {first_level(s.ours) for s in (old, new) if s.ours is not None}
         dirty_groups |= {e[0] for e in (old_end, new_end) if e is not None}
     members = [k for gid in dirty_groups for k in ix.members.get(gid, ())]
-    if any(_special(ix.seen[k].ours) for k in members):
-        return None  # a GPU share's reservation accounting spans its gang's plan: read anew
-    return _apply(b, carry, ix, w, nodes, pods, dirty_groups, kueue, jobs, stamp)
+    if any(_special(ix.seen[k].ours) or k in ix.claimed for k in members):
+        return None  # a GPU share's reservation accounting spans its gang's plan, claims their devices
+    return _apply(b, carry, ix, w, nodes, pods, groups, dirty_groups, kueue, jobs, stamp)
+
+
+def _groups(b: Build, changes: Changes, get: KindLookup | None) -> dict[str, list[dict[str, Any]]] | None:
+    """Each changed PodGroup name's objects now, of every dialect in the order a full read lists them
+    (those that cannot be read left out and named); None where one merges groups into a multi-level
+    gang or the objects cannot be looked up."""
+    names: set[str] = set()
+    for kind in GROUP_KINDS:
+        changed = changes.get(kind, set())
+        if changed is None:
+            return None
+        names |= changed
+    if names and get is None:
+        return None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(names):
+        assert get is not None
+        found = [o for kind in GROUP_KINDS if (o := get(kind, key)) is not None]
+        if merges(found):
+            return None
+        out[key] = outlined("PodGroup", found, b.contain)
+    return out
 
 
 PodChange = tuple[str, Seen, Seen, tuple[str, str] | None, tuple[str, str] | None]
@@ -232,7 +283,8 @@ def _nodes(b: Build, ix: Index, names: set[str], node_of: Lookup) -> list[tuple[
         if obj is None or old is None:
             return None
         n = b.contain("Node", obj, partial(b.memo.node, obj, b.cfg))
-        if n is None or n != ix.parsed[name] or dataset_sizes([obj]) != dataset_sizes([old]):
+        was = ix.bare.get(name, ix.parsed[name])
+        if n is None or n != was or dataset_sizes([obj]) != dataset_sizes([old]):
             return None
         out.append((name, obj))
     return out
@@ -245,6 +297,8 @@ def _pods(b: Build, ix: Index, pod_keys: set[str], pod_of: Lookup) -> list[PodCh
         obj = pod_of(key)
         if obj is not None and not outlined("Pod", [obj], b.contain):
             obj = None  # its outline cannot be read: left out and named, as a full read does
+        if key in ix.claimed or (obj is not None and _has_claims(obj)):
+            return None
         new = classify(b, obj) if obj is not None else Seen()
         old = ix.seen.get(key, Seen())
         if old.slot is not None or new.slot is not None:
@@ -263,12 +317,14 @@ def _apply(
     w: World,
     nodes: list[tuple[str, dict[str, Any]]],
     pods: list[PodChange],
+    groups: dict[str, list[dict[str, Any]]],
     dirty_groups: set[str],
     kueue: Kueue | None,
     jobs: dict[str, dict[str, Any]] | None,
     stamp: object,
 ) -> World:
     snap = w.snapshot
+    snap.evicted_for = {}  # the driver's memory, lent last cycle: not the snapshot's to forget (`prune`)
     dirty_nodes = {snap.nodes[i].name for i in snap.touched}
     for name, obj in nodes:
         ix.nodes[name] = obj
@@ -276,6 +332,8 @@ def _apply(
         if bool(snap.cluster.node_ready[snap.node_index(name)]) != ready:
             snap.set_node_ready(name, ready)
             dirty_nodes.add(name)
+    for key, objs in groups.items():
+        _regroup(ix, w, key, objs)
     known = ix.known
     for key, old, new, old_end, new_end in pods:
         _unindex(ix, w, key, old, old_end, dirty_nodes)
@@ -303,6 +361,24 @@ def _apply(
     carry.patched += 1
     carry.recorded = len(dirty_nodes & known)
     return w
+
+
+def _regroup(ix: Index, w: World, key: str, objs: list[dict[str, Any]]) -> None:
+    """A PodGroup name's objects as they are now (its group is staged again after)."""
+    ns, _, name = key.partition("/")
+    w.problems.pop(label("PodGroup", {"metadata": {"namespace": ns, "name": name}}), None)
+    if objs:
+        ix.pod_groups[(ns, name)] = objs
+    else:
+        ix.pod_groups.pop((ns, name), None)
+    chosen = None
+    for pg in objs:  # the object whose status is written: ours win a name clash (`_pod_group_objects`)
+        if chosen is None or keys.is_ours(pg):
+            chosen = pg
+    if chosen is None:
+        w.pod_groups.pop(key, None)
+    else:
+        w.pod_groups[key] = chosen
 
 
 def _unindex(

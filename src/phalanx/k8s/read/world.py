@@ -148,9 +148,6 @@ def build_world(
         serve(carry.snap, now)
         return carry.world
     dra = dra or DraObjects()
-    if carry is not None and (dra.slices or dra.claims or dra.classes):
-        carry.drop()  # claims hold devices across nodes: DRA clusters build their snapshot each cycle
-        carry = None
     b = Build(cfg, now, memo or Translations(), carry=carry)
     nodes, pods = outlined("Node", nodes, b.contain), outlined("Pod", pods, b.contain)
     pod_groups = outlined("PodGroup", pod_groups, b.contain)
@@ -159,7 +156,11 @@ def build_world(
     ns = _read_nodes(b, nodes, dra)
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
     tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
-    snap, kept = _start_snapshot(b, ns, tree, dataset_sizes(nodes))
+    # claims hold devices across nodes: a full read with DRA objects starts from a fresh snapshot,
+    # never kept by the next full read (the world is patched while no DRA object and no pod with
+    # claims changes: `phalanx.k8s.read.patch`)
+    keep = not (dra.slices or dra.claims or dra.classes)
+    snap, kept = _start_snapshot(b, ns, tree, dataset_sizes(nodes), keep)
     w = World(snap, tree, node_problems=ns.problems, queue_problems=queue_problems)
     ps = _read_pods(b, w, pods)
     w.ended = ended_members(pods, cfg.scheduler_name)
@@ -206,10 +207,11 @@ def _read_nodes(b: Build, nodes: list[dict[str, Any]], dra: DraObjects) -> _Node
 
 
 def _start_snapshot(
-    b: Build, ns: _Nodes, tree: QueueTree | None, datasets: dict[str, int]
+    b: Build, ns: _Nodes, tree: QueueTree | None, datasets: dict[str, int], keep: bool
 ) -> tuple[Snapshot, bool]:
     """Last cycle's snapshot where what it was built from is unchanged (True), else a fresh one;
-    each node's readiness as the API says now."""
+    each node's readiness as the API says now. `keep`: False for a snapshot that must not be kept
+    by the next full read either."""
     devices = ns.devices
     local_pools = {(d.driver, d.pool) for devs in devices.by_node.values() for d in devs}
 
@@ -225,7 +227,7 @@ def _start_snapshot(
 
     kept = False
     if b.carry is not None:
-        base = (ns.parsed, datasets, _tree_key(tree), tuple(b.cfg.levels))
+        base = (ns.parsed, datasets, _tree_key(tree), tuple(b.cfg.levels)) if keep else None
         snap, kept = b.carry.start(base, fresh)
     else:
         snap = fresh()
@@ -568,5 +570,6 @@ def _workload(g: Group, queue: str, carry: Carry | None) -> Workload:
         g.preempt_whole,
         g.preempts,
         created(g.pod_group) if g.pod_group is not None else 0.0,
+        g.minimum_said,  # said in its reasons: a PodGroup gone leaves the same minimum, said otherwise
     )
     return carry.workload(g.name, key, lambda: workload_of(g, queue))
