@@ -10,6 +10,7 @@ default profile, the one users get (`--profile phalanx` or another to measure th
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py scale   [--nodes 5000 --pods 20000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py kill    [--nodes 1000 --pods 4000]
     PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py latency [--nodes 1000,2000,5000 --rate 40]
+    PHALANX_K8S_ASSETS=... python benchmarks/bench_bind.py latency --gang 4 [--nodes 5000 --rate 10]
 
 `latency` (issue 25): N nodes already running 4 one-GPU pods each (`--running R`: R pods a node,
 the ones past 4 CPU pods; `--nodes 4000 --running 35` is 140,000 pods); once the scheduler has placed
@@ -17,6 +18,9 @@ a warm-up pod, one-GPU pods arrive at --rate per second for --seconds; each pod'
 time is the client clock from just before its create to the watch showing it bound. Phalanx
 (the default profile, as users get it) and kube-scheduler (QPS 2000) on the same cluster shape,
 one after the other, with Phalanx's cycle split into read / decide / act / report from /metrics.
+
+`latency --gang K` (Phalanx only: kube-scheduler has no gangs): each arrival is a PodGroup and its K
+one-GPU pods; its create->bind runs from the PodGroup's create to its last pod bound.
 
 `scale` reports Phalanx's cycle times (from its /metrics), its peak memory and the end-to-end
 time. `kill` sends SIGKILL to Phalanx in the middle of a burst with gangs in it, starts it
@@ -38,13 +42,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import yaml
 
-from phalanx.k8s.client.api import Api
-from phalanx.k8s.client.kinds import PODS
+from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.client.kinds import OUR_POD_GROUPS, PODS, Kind
 from phalanx.k8s.lab.localcluster import ControlPlane, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from kube_objects import node, pod
+from kube_objects import node, pod, pod_group
+
+ROOT = Path(__file__).resolve().parents[1]
+CRDS = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
 
 
 def populate(api: Api, nodes: int, pods: int, gang: int = 1, gangs: int = 0) -> None:
@@ -290,14 +298,34 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: float) -> dict[str, Any]:
+def install_pod_groups(api: Api) -> None:
+    """Phalanx's PodGroup CRD, from the chart, served before the scheduler starts."""
+    crd = yaml.safe_load((ROOT / "deploy/helm/phalanx/crds/scheduling.phalanx.io_podgroups.yaml").read_text())
+    api.create(CRDS, crd)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            api.list(OUR_POD_GROUPS)
+            return
+        except ApiError:
+            time.sleep(0.2)
+    raise SystemExit("the PodGroup CRD was not served within 60 s")
+
+
+def run_latency(
+    name: str, nodes: int, per_node: int, rate: float, seconds: float, gang: int = 0
+) -> dict[str, Any]:
+    """`gang`: each arrival a gang of that many one-GPU pods with its PodGroup (Phalanx only): its
+    create->bind is from the PodGroup's create to its last pod bound."""
     sched = "phalanx" if name == "phalanx" else "default-scheduler"
     arrivals = int(rate * seconds)
     with ControlPlane(controller_manager=False) as cp:
         api = Api.connect(kubeconfig=str(cp.kubeconfig))
         populate(api, nodes, 0)
         running_pods(api, nodes, per_node, sched)
-        counter = BindCounter(api, arrivals + 1)
+        if gang:
+            install_pod_groups(api)
+        counter = BindCounter(api, arrivals * max(gang, 1) + 1)
         counter.start()
         port = free_port()
         proc = None
@@ -315,15 +343,18 @@ def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: floa
         read_before = reads_by_how(port) if proc else {}
         sent: dict[str, float] = {}
         t0 = time.monotonic()
+        members: dict[str, list[str]] = {}  # arrival -> its pods
         with ThreadPoolExecutor(16) as ex:
             for k in range(arrivals):
                 time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-                p = pod(f"a{k:05d}", gpus=1, cpu="1", mem="1Gi", scheduler=sched)
-                p["metadata"].pop("uid")
-                sent[p["metadata"]["name"]] = time.monotonic()
-                ex.submit(api.create, PODS, p, "default")
+                sent[f"a{k:05d}"] = time.monotonic()
+                ex.submit(arrive, api, f"a{k:05d}", sched, gang, members)
         counter.wait(120)
-        lat = [counter.at[n] - t for n, t in sent.items() if n in counter.at]
+        lat = [
+            max(counter.at[p] for p in members[n]) - t
+            for n, t in sent.items()
+            if all(p in counter.at for p in members.get(n, ["?"]))
+        ]
         out: dict[str, Any] = {
             "scheduler": name if proc else f"{name} (QPS 2000)",
             "nodes": nodes,
@@ -348,15 +379,32 @@ def run_latency(name: str, nodes: int, per_node: int, rate: float, seconds: floa
         return out
 
 
-def latency(sizes: list[int], rate: float, seconds: float, per_node: int) -> None:
-    print(f"create->bind, one-GPU pods at {rate:g}/s for {seconds:g} s, {per_node} running per node")
+def arrive(api: Api, name: str, sched: str, gang: int, members: dict[str, list[str]]) -> None:
+    """One arrival: a one-GPU pod, or a PodGroup and its `gang` one-GPU pods."""
+    if not gang:
+        members[name] = [name]
+        p = pod(name, gpus=1, cpu="1", mem="1Gi", scheduler=sched)
+        p["metadata"].pop("uid")
+        api.create(PODS, p, "default")
+        return
+    members[name] = [f"{name}-{i}" for i in range(gang)]
+    api.create(OUR_POD_GROUPS, pod_group(name, gang), "default")
+    for m in members[name]:
+        p = pod(m, gpus=1, cpu="1", mem="1Gi", scheduler=sched, labels={"phalanx.io/pod-group": name})
+        p["metadata"].pop("uid")
+        api.create(PODS, p, "default")
+
+
+def latency(sizes: list[int], rate: float, seconds: float, per_node: int, gang: int = 0) -> None:
+    what = f"gangs of {gang} one-GPU pods with a PodGroup" if gang else "one-GPU pods"
+    print(f"create->bind, {what} at {rate:g}/s for {seconds:g} s, {per_node} running per node")
     head = (
         f"{'scheduler':<26} {'nodes':>6} {'running':>8} {'bound':>9} {'p50 s':>7} {'p99 s':>7} {'max s':>7}"
     )
     print(head + "  phalanx cycle, mean ms: read / decide / act / report (cycles)")
     for n in sizes:
-        for name in ("kube-scheduler", "phalanx"):
-            r = run_latency(name, n, per_node, rate, seconds)
+        for name in ("phalanx",) if gang else ("kube-scheduler", "phalanx"):  # kube-scheduler has no gangs
+            r = run_latency(name, n, per_node, rate, seconds, gang)
             line = (
                 f"{r['scheduler']:<26} {n:>6} {n * per_node:>8} {r['bound']:>4}/{r['arrived']:<4} "
                 f"{r['p50']:>7.3f} {r['p99']:>7.3f} {r['max']:>7.3f}"
@@ -380,6 +428,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=40.0, help="latency: pods created per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="latency: how long pods arrive")
     ap.add_argument("--running", type=int, default=4, help="latency: pods already running per node")
+    ap.add_argument(
+        "--gang", type=int, default=0, help="latency: arrivals as gangs of this many with a PodGroup"
+    )
     ap.add_argument("--profile", default="phalanx-queues", help="Phalanx's profile (default: what users get)")
     a = ap.parse_args()
     global PROFILE
@@ -390,7 +441,7 @@ def main() -> None:
         )
     sizes = [int(x) for x in (a.nodes or "").split(",") if x.strip()]
     if a.what == "latency":
-        latency(sizes or [1000, 2000, 5000], a.rate, a.seconds, a.running)
+        latency(sizes or [1000, 2000, 5000], a.rate, a.seconds, a.running, a.gang)
     elif a.what == "compare":
         compare(sizes[0] if sizes else 1000, a.pods or 4000)
     elif a.what == "scale":

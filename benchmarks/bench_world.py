@@ -16,6 +16,8 @@ two warm-up ones:
 `--dra`: every node also publishes two RDMA NICs through DraNet's ResourceSlices (a DeviceClass and
 a slice per node, as a cluster running a DRA driver has them; no pod claims them), to measure what
 DRA objects cost a cycle that reads only pods (issue 34: until then they made every read a full one).
+`--gangs`: each cycle's new pods arrive as one gang with its PodGroup (issue 34: until then a
+PodGroup's arrival made the read a full one).
 
 The core's decision for the same cycle (`run_cycle`) is timed beside it, and the peak RSS said.
 
@@ -35,9 +37,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from dra_kube import device_classes, nic_device, slice_
-from kube_objects import node, pod
+from kube_objects import node, pod, pod_group
 from phalanx.core.cycle import run_cycle
 from phalanx.k8s.client.cache import Store
+from phalanx.k8s.client.kinds import OUR_POD_GROUPS
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.devices import binding_notes
@@ -83,7 +86,9 @@ class Objects:
         self.store.apply("pods", "MODIFIED", obj)
 
 
-def run(mode: str, nodes: int, pods: int, cycles: int, new: int, dra: bool) -> tuple[float, float, int]:
+def run(
+    mode: str, nodes: int, pods: int, cycles: int, new: int, dra: bool, gangs: bool
+) -> tuple[float, float, int]:
     """Median CPU seconds of the read and of the decision, per cycle, and the cycles patched."""
     o = Objects(nodes, pods, dra)
     cfg = AdapterConfig()
@@ -95,7 +100,14 @@ def run(mode: str, nodes: int, pods: int, cycles: int, new: int, dra: bool) -> t
         o.event(o.pods[-1])
     took, decided = [], []
     for c in range(cycles):
-        fresh = [] if mode == "reused" else [o.stamp(pod(f"new-{c}-{k}", gpus=1)) for k in range(new)]
+        labels = {"phalanx.io/pod-group": f"g{c}"} if gangs else {}
+        fresh = (
+            []
+            if mode == "reused"
+            else [o.stamp(pod(f"new-{c}-{k}", gpus=1, labels=labels)) for k in range(new)]
+        )
+        if gangs and fresh:
+            o.store.apply(OUR_POD_GROUPS.key, "ADDED", o.stamp(pod_group(f"g{c}", new)))
         o.pods += fresh
         for p in fresh:
             o.event(p)
@@ -136,12 +148,14 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=15, help="new pods a cycle")
     ap.add_argument("--modes", default="scratch,kept,patched,reused")
     ap.add_argument("--dra", action="store_true", help="DraNet's NICs published on every node")
+    ap.add_argument("--gangs", action="store_true", help="each cycle's new pods one gang with a PodGroup")
     a = ap.parse_args()
     dra = ", DRA NICs on every node" if a.dra else ""
-    print(f"{a.nodes} nodes, {a.pods} bound pods, {a.new} new a cycle{dra}: CPU ms per cycle (median)")
+    gangs = " (one gang with its PodGroup)" if a.gangs else ""
+    print(f"{a.nodes} nodes, {a.pods} bound pods, {a.new} new a cycle{gangs}{dra}: CPU ms per cycle (median)")
     print(f"{'mode':<8} {'read':>8} {'decide':>8} {'patched':>8}")
     for mode in a.modes.split(","):
-        read, decide, patched = run(mode, a.nodes, a.pods, a.cycles, a.new, a.dra)
+        read, decide, patched = run(mode, a.nodes, a.pods, a.cycles, a.new, a.dra, a.gangs)
         print(f"{mode:<8} {read * 1000:8.1f} {decide * 1000:8.1f} {patched:>4}/{a.cycles}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MiB (the whole run)")
