@@ -276,7 +276,7 @@ def phase_sums(port: int) -> dict[str, tuple[float, float]]:
     """Phalanx's phalanx_cycle_phase_seconds per phase: (sum, count), from its /metrics."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     out: dict[str, list[float]] = {}
-    for m in re.finditer(r'phalanx_cycle_phase_seconds_(sum|count)\{phase="(\w+)"\} ([0-9.e+-]+)', text):
+    for m in re.finditer(r'phalanx_cycle_phase_seconds_(sum|count)\{phase="(\w+)"[^}]*\} ([0-9.e+-]+)', text):
         out.setdefault(m.group(2), [0.0, 0.0])[["sum", "count"].index(m.group(1))] = float(m.group(3))
     return {k: (v[0], v[1]) for k, v in out.items()}
 
@@ -289,7 +289,7 @@ def reads_by_how(port: int) -> dict[str, float]:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     return {
         m.group(1): float(m.group(2))
-        for m in re.finditer(r'phalanx_world_reads_total\{how="(\w+)"\} ([0-9.e+-]+)', text)
+        for m in re.finditer(r'phalanx_world_reads_total\{how="(\w+)"[^}]*\} ([0-9.e+-]+)', text)
     }
 
 

@@ -26,6 +26,7 @@ from phalanx.k8s.view.server import serve
 from phalanx.k8s.view.status import collect
 from phalanx.profiles import load_profile
 from phalanx.spec.common import load_yaml
+from phalanx.spec.shards import ShardOf, load_shards
 
 
 def _connect(kubeconfig: Path | None, in_cluster: bool) -> Api:
@@ -64,6 +65,8 @@ def scheduler(
     bind_address: opt.BindAddress = "0.0.0.0",
     shadow: opt.Shadow = False,
     shadow_scheduler_name: opt.ShadowSchedulerName = "default-scheduler",
+    shards: opt.ShardsFile = None,
+    shard: opt.ShardName = "",
 ) -> None:
     """Run as a secondary Kubernetes scheduler: watch, decide with the core, bind, explain.
 
@@ -94,6 +97,7 @@ def scheduler(
             reservation_extras=extras,
             share_limit_env=share_limit_env,
             kueue=kueue,
+            shard=_shard(shards, shard),
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)
@@ -108,6 +112,16 @@ def scheduler(
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
     _serve_endpoints(s, api, port, insecure_metrics, tls_files, bind_address)
     _run_until_stopped(s)
+
+
+def _shard(path: Path | None, name: str) -> ShardOf | None:
+    """This process's scheduling shard (`--shards FILE --shard NAME`), or None for one scheduler."""
+    if path is None and not name:
+        return None
+    if path is None or not name:
+        raise SpecError("--shards/--shard", "give both: the shards file and which shard this process is")
+    every = load_shards(path)
+    return ShardOf(every, every.get(name))
 
 
 def _check_kueue(kueue: str) -> None:

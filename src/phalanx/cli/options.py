@@ -190,3 +190,12 @@ Shadow = Annotated[
 ShadowSchedulerName = Annotated[
     str, typer.Option(help="With --shadow: the scheduler watched (its pods' spec.schedulerName).")
 ]
+ShardsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--shards",
+        help="A scheduling shards file (every shard's name and node pools; docs/kubernetes.md, "
+        "'Scheduling shards'); with --shard, this process schedules only that shard's pools.",
+    ),
+]
+ShardName = Annotated[str, typer.Option(help="With --shards: the shard this process is.")]

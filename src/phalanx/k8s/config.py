@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.spec.common import pairs
+from phalanx.spec.shards import ShardOf
 
 DEFAULT_LEVELS = (
     ("zone", "topology.kubernetes.io/zone"),
@@ -35,6 +36,8 @@ class AdapterConfig:
     # extended resources that count RDMA NICs
     rdma_resources: tuple[str, ...] = ("rdma/rdma_shared_device_a", "rdma/hca", "nvidia.com/rdma")
     pool_label: str = "phalanx.io/node-pool"
+    # the scheduling shard this process is (`phalanx.spec.shards`; None: one scheduler for the cluster)
+    shard: ShardOf | None = None
     default_queue: str = "default"
     lease_namespace: str = "phalanx-system"  # for the leader-election Lease
     leader_elect: bool = True
@@ -79,6 +82,10 @@ class AdapterConfig:
     # half-life of each queue's time-decayed usage history (the fair-share history; 0: not kept)
     history_half_life_s: float = 86400.0
     extra: dict[str, str] = field(default_factory=dict)
+
+    def shard_suffix(self) -> str:
+        """What a shard's own objects add to their names (its Lease, its attained-service record)."""
+        return f"-{self.shard.me.name}" if self.shard is not None else ""
 
 
 def parse_levels(text: str) -> tuple[tuple[str, str], ...]:

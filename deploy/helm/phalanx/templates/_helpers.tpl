@@ -60,6 +60,35 @@ The image every component runs.
 Names the code fixes (no flag sets them); see values.yaml.
 */}}
 {{- define "phalanx.leaseName" -}}phalanx-scheduler{{- end }}
+
+{{/*
+The Leases and attained-service ConfigMaps the schedulers hold: one of each, or one per shard
+(the code adds "-<shard>"): include "phalanx.perShard" (list $ "phalanx-scheduler")
+*/}}
+{{- define "phalanx.perShard" -}}
+{{- $ := index . 0 -}}
+{{- $base := index . 1 -}}
+{{- if $.Values.shards -}}
+{{- $names := list -}}
+{{- range $.Values.shards }}{{ $names = append $names (printf "%s-%s" $base (toString .name)) }}{{ end -}}
+{{ join ", " $names }}
+{{- else -}}
+{{ $base }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The scheduling shards file (`phalanx scheduler --shards`): every shard's name and pools.
+*/}}
+{{- define "phalanx.shardsFile" -}}
+labels: {{ toJson (.Values.shardLabels | default (list "phalanx.io/node-pool" "kai.scheduler/node-pool")) }}
+shards:
+{{- range .Values.shards }}
+  - name: {{ toJson (toString .name) }}
+    pools: {{ toJson (.pools | default list) }}
+    default: {{ .default | default false }}
+{{- end }}
+{{- end }}
 {{- define "phalanx.webhookSecretSelf" -}}phalanx-webhook-tls{{- end }}
 {{- define "phalanx.reservationName" -}}phalanx-gpu-reservation{{- end }}
 
@@ -117,6 +146,26 @@ Values that must agree with each other; a wrong one stops the render with a mess
 {{- end }}
 {{- if and .Values.webhook.enabled (eq $mode "provided") (not .Values.webhook.certificate.secretName) }}
 {{- fail "webhook.certificate.mode=provided needs webhook.certificate.secretName" }}
+{{- end }}
+{{- $owner := dict }}
+{{- $defaults := list }}
+{{- range $i, $sh := .Values.shards | default list }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$" (toString $sh.name)) }}
+{{- fail (printf "shards[%d].name must be a DNS label of at most 40 characters, got %q" $i (toString $sh.name)) }}
+{{- end }}
+{{- range $pool := $sh.pools | default list }}
+{{- if hasKey $owner (toString $pool) }}
+{{- fail (printf "shards: pool %q is in shards %q and %q: a node has one owner" (toString $pool) (get $owner (toString $pool)) (toString $sh.name)) }}
+{{- end }}
+{{- $_ := set $owner (toString $pool) (toString $sh.name) }}
+{{- end }}
+{{- if $sh.default }}{{ $defaults = append $defaults (toString $sh.name) }}{{ end }}
+{{- if and (not $sh.pools) (not $sh.default) }}
+{{- fail (printf "shards[%d] (%s) owns nothing: give it pools, or default: true" $i (toString $sh.name)) }}
+{{- end }}
+{{- end }}
+{{- if gt (len $defaults) 1 }}
+{{- fail (printf "shards: %s are all default: one at most" (join ", " $defaults)) }}
 {{- end }}
 {{- end }}
 

@@ -163,6 +163,8 @@ class Executor:
         self.sleep = sleep
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bind")
         self.shares: Shares | None = None  # GPU shares through reservation pods (phalanx.k8s.act.shares)
+        # a scheduling shard's last look at a node before binding to it: why not ("" : go on)
+        self.node_check: Callable[[str], str] | None = None
 
     def share_gpus(self, cfg: AdapterConfig, clock: Callable[[], float]) -> None:
         """GPU shares on the stock device plugin (`--gpu-shares reservation`): their reservation pods
@@ -300,6 +302,12 @@ class Executor:
         self, workload: str, binds: list[Bind], scene: Scene, out: Outcome, write_intent: bool
     ) -> None:
         uids = scene.uids
+        if self.node_check is not None:
+            why = next(filter(None, map(self.node_check, sorted({b.node for b in binds}))), "")
+            if why:  # nothing of the gang is written: it is placed again by the next cycle
+                log.info("gang %s not bound: %s", workload, why)
+                out.broken[workload] = why
+                return
         shared = self.shares is not None and any(is_share(b) for b in binds)
         planned = len(binds) > 1 or shared  # a share may wait cycles for its GPU: keep the decision
         if write_intent and planned:

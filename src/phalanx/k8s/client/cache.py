@@ -47,8 +47,14 @@ EVERY = "*"
 Changes = dict[str, set[str] | None]
 
 
+# Which objects a store keeps (a scheduling shard's), and another change to note beside the object's:
+# (kind, key) -> a reader reads that kind's key as changed (the read side decides what it means).
+Admit = Callable[[str, str, dict[str, Any]], tuple[bool, tuple[str, str] | None]]
+
+
 class Store:
-    def __init__(self, feed: int = 200_000) -> None:
+    def __init__(self, feed: int = 200_000, admit: Admit | None = None) -> None:
+        self.admit = admit
         self.lock = threading.Lock()
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
         self.synced: set[str] = set()
@@ -63,6 +69,8 @@ class Store:
         self.feed.append((self.generation, kind, key))
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        if self.admit is not None:
+            items = [o for o in items if self._admitted(kind, "ADDED", o)]
         with self.lock:
             self.objects[kind] = {object_key(o): o for o in items}
             self.synced.add(kind)
@@ -80,14 +88,27 @@ class Store:
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         key = object_key(obj)
+        keep = event != "DELETED"
+        if self.admit is not None:  # told of deletions too (what it remembers of the object goes)
+            keep = self._admitted(kind, event, obj) and keep
         with self.lock:
             table = self.objects.setdefault(kind, {})
-            if event == "DELETED":
-                table.pop(key, None)
-            else:
+            if keep:
                 table[key] = obj
+            elif table.pop(key, None) is None and self.admit is not None:
+                return  # not kept before either: nothing a reader has seen moved
             self._moved(kind, key)
         self.changed.set()
+
+    def _admitted(self, kind: str, event: str, obj: dict[str, Any]) -> bool:
+        """The shard's gate; a change it reports beside the object is noted in the feed."""
+        assert self.admit is not None
+        keep, also = self.admit(kind, event, obj)
+        if also is not None:
+            with self.lock:
+                self._moved(*also)
+            self.changed.set()
+        return keep
 
     def changes(self, since: int) -> Changes | None:
         """What changed after generation `since`, by kind; None when the feed no longer reaches back
@@ -286,4 +307,4 @@ class Informers(threading.Thread):
         return self.synced()
 
 
-__all__ = ["EVERY", "Changes", "Informer", "Informers", "Store", "object_key"]
+__all__ = ["EVERY", "Admit", "Changes", "Informer", "Informers", "Store", "object_key"]

@@ -38,13 +38,16 @@ def _fmt(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+LEASE = "phalanx-scheduler"  # in the lease namespace; a scheduling shard's adds "-<shard>"
+
+
 class LeaderElector:
     def __init__(
         self,
         api: Api,
         namespace: str,
         identity: str,
-        name: str = "phalanx-scheduler",
+        name: str = LEASE,
         duration_s: int = 15,
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -36,15 +36,16 @@ from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import Decision, Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
 from phalanx.k8s.loop.heap import Heap
-from phalanx.k8s.loop.leader import LeaderElector
+from phalanx.k8s.loop.leader import LEASE, LeaderElector
 from phalanx.k8s.loop.repeat_memory import Memory, RepeatMemory
 from phalanx.k8s.loop.report import board_cycle, cycle_metrics, held_preemptors
-from phalanx.k8s.loop.service import AttainedService, ServiceStore
+from phalanx.k8s.loop.service import CONFIGMAP, AttainedService, ServiceStore
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.contain import label
 from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.patch import Feed
+from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
@@ -89,22 +90,31 @@ class Scheduler:
         self.profile = profile
         self.clock = clock  # the one clock: the cycle's "now" and every interval below
         self.service = AttainedService(cfg.history_half_life_s)
-        self.service_store = ServiceStore(api, cfg.lease_namespace)
+        self.service_store = ServiceStore(api, cfg.lease_namespace, CONFIGMAP + cfg.shard_suffix())
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
         # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
         # saved with the attained service (phalanx.k8s.loop.repeat_memory)
         self.repeats = RepeatMemory()
-        self.store = Store()
+        # a scheduling shard keeps only its pools' nodes and waiting pods (phalanx.k8s.read.shard)
+        self.shard = ShardFilter(cfg.shard, cfg.scheduler_name) if cfg.shard is not None else None
+        self.store = Store(admit=self.shard.admit if self.shard is not None else None)
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
+        if self.shard is not None:
+            self.executor.node_check = self._node_in_shard
         if cfg.gpu_shares == "reservation":
             self.executor.share_gpus(cfg, clock)
         self.explainer = Explainer(api)
         self.elector = LeaderElector(
-            api, cfg.lease_namespace, identity, duration_s=cfg.lease_seconds, clock=clock
+            api,
+            cfg.lease_namespace,
+            identity,
+            name=LEASE + cfg.shard_suffix(),
+            duration_s=cfg.lease_seconds,
+            clock=clock,
         )
-        self.metrics = Metrics()
+        self.metrics = Metrics(cfg.shard.me.name if cfg.shard is not None else "")
         self.rng = np.random.default_rng(seed)
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
         self.translations = Translations()
@@ -133,6 +143,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        if self.cfg.shard is not None:
+            log.info(
+                "scheduling shard %s (Lease %s); every shard: %s",
+                self.cfg.shard.me.said(),
+                self.elector.name,
+                self.cfg.shard.shards.said(),
+            )
         self.informers.start()
 
     def stop(self) -> None:
@@ -277,7 +294,8 @@ class Scheduler:
         by_key = self.store.table(PODS.key)
         self.assume.apply_table(by_key, now)
         pods = list(by_key.values())
-        gathered = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods)
+        split = self.shard.split() if self.shard is not None else None
+        gathered = gather(self.store.items, self.store.is_synced((JOBS.key,)), self.cfg, pods, split)
         self._kueue_unhonoured(gathered.kueue)
         rebuilt, patched = self.carry.rebuilt, self.carry.patched
         if self.board.reading():  # the dashboard still reads the last snapshot: leave it that one
@@ -314,6 +332,14 @@ class Scheduler:
             lambda n: self.store.get(NODES.key, n),
             self.store.get,
         )
+
+    def _node_in_shard(self, name: str) -> str:
+        """A node relabelled out of the shard's pools since the read is not bound to (the watch
+        cache's view of it, as kube-scheduler's binds trust its cache)."""
+        if self.store.get(NODES.key, name) is not None:
+            return ""
+        assert self.cfg.shard is not None
+        return f"node {name} is no longer in shard {self.cfg.shard.me.said()} (relabelled or gone)"
 
     def _keep_service(self, snap: Snapshot, now: float) -> None:
         """Attained service: read back once per leadership, added to the snapshot, saved now and then."""

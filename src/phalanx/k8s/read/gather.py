@@ -41,6 +41,7 @@ class Gathered:
     dra: DraObjects
     kueue: Kueue | None
     jobs: dict[str, dict[str, Any]] | None  # None: Jobs not listed (not served, not readable, not yet)
+    split: dict[str, list[str]] | None = None  # a shard's gangs with pods another shard was given
 
     def world(
         self,
@@ -67,6 +68,7 @@ class Gathered:
                 kueue=self.kueue,
                 jobs=self.jobs,
                 stamp=stamp,
+                split=self.split,
             )
             if patched is not None:
                 return patched
@@ -84,6 +86,7 @@ class Gathered:
             jobs=self.jobs,
             carry=carry,
             stamp=stamp,
+            split=self.split,
         )
         if carry is not None and feed is not None and (w is not last or carry.index is None):
             remember(carry, w, self.nodes, self.pods, self.groups, cfg, memo)
@@ -91,10 +94,14 @@ class Gathered:
 
 
 def gather(
-    items: Items, jobs_listed: bool, cfg: AdapterConfig, pods: list[dict[str, Any]] | None = None
+    items: Items,
+    jobs_listed: bool,
+    cfg: AdapterConfig,
+    pods: list[dict[str, Any]] | None = None,
+    split: dict[str, list[str]] | None = None,
 ) -> Gathered:
     """The objects of every kind a cycle reads; `pods`, if given, replaces the store's (the scheduler
-    passes its pods with the binds it assumes)."""
+    passes its pods with the binds it assumes); `split`: a shard's gangs with pods elsewhere."""
     kq, _ = load_kueue(items, cfg.kueue)
     return Gathered(
         items("nodes"),
@@ -104,4 +111,5 @@ def gather(
         DraObjects(items(DEVICE_CLASSES.key), items(RESOURCE_SLICES.key), items(RESOURCE_CLAIMS.key)),
         kq,
         {object_key(j): j for j in items(JOBS.key)} if jobs_listed else None,
+        split,
     )

@@ -216,6 +216,7 @@ def patch(
     kueue: Kueue | None = None,
     jobs: dict[str, dict[str, Any]] | None = None,
     stamp: object = None,
+    split: dict[str, list[str]] | None = None,
 ) -> World | None:
     """The last world with `changes` applied, or None where it cannot be patched (build it anew)."""
     ix, w = carry.index, carry.world
@@ -229,7 +230,7 @@ def patch(
     snap = w.snapshot
     if any(a.claims for i in snap.touched for a in snap.on_node[i].values()):
         return None  # the core placed claims last cycle: they are read back with their DRA objects
-    b = Build(cfg, now, memo, carry=carry)
+    b = Build(cfg, now, memo, carry=carry, split=split or {})
     groups = _groups(b, changes, get)
     if groups is None:
         return None

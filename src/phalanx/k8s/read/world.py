@@ -32,6 +32,7 @@ from phalanx.k8s.read.nodes import dataset_sizes
 from phalanx.k8s.read.pods import PodInfo, is_active
 from phalanx.k8s.read.queues import build_tree
 from phalanx.k8s.read.reservations import Slot, slot_of
+from phalanx.k8s.read.shard import shard_queues
 from phalanx.k8s.read.translations import Translations
 from phalanx.spec.dra import Devices, parse_slices
 
@@ -90,6 +91,8 @@ class Build:
     contain: Contain = field(default_factory=Contain)
     carry: Carry | None = None
     time_bound: bool = False  # the world read the clock: not reused as it is (`World.time_bound`)
+    # a scheduling shard's gangs some of whose pods name another shard's pool: gang -> what they name
+    split: dict[str, list[str]] = field(default_factory=dict)
 
     def reads_clock(self) -> None:
         """A part of the world depends on `now` (a grace, a deletion with no end, a start not known)."""
@@ -132,6 +135,7 @@ def build_world(
     jobs: dict[str, dict[str, Any]] | None = None,
     carry: Carry | None = None,
     stamp: object = None,
+    split: dict[str, list[str]] | None = None,
 ) -> World:
     """The world of one cycle. With `carry`, the last cycle's snapshot is kept where the nodes, queues
     and datasets are what it was built from (and no DRA object exists): only nodes whose pods changed
@@ -148,14 +152,18 @@ def build_world(
         serve(carry.snap, now)
         return carry.world
     dra = dra or DraObjects()
-    b = Build(cfg, now, memo or Translations(), carry=carry)
+    b = Build(cfg, now, memo or Translations(), carry=carry, split=split or {})
     nodes, pods = outlined("Node", nodes, b.contain), outlined("Pod", pods, b.contain)
     pod_groups = outlined("PodGroup", pod_groups, b.contain)
     if kueue is not None:
         b.contain.problems.update(kueue.problems)
     ns = _read_nodes(b, nodes, dra)
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
+    elsewhere: dict[str, str] = {}
+    if cfg.shard is not None:  # the shard's queues; a workload naming another's is told whose it is
+        queues, elsewhere = shard_queues(queues, cfg.shard)
     tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
+    queue_problems |= elsewhere
     # claims hold devices across nodes: a full read with DRA objects starts from a fresh snapshot,
     # never kept by the next full read (the world is patched while no DRA object and no pod with
     # claims changes: `phalanx.k8s.read.patch`)
@@ -280,7 +288,13 @@ def classify(b: Build, obj: dict[str, Any]) -> Seen:
         b.contain.problems.pop(label("Pod", obj), None)  # not ours: nobody to tell, it runs where it runs
         return Seen()
     if p.ours and not p.deleting:
-        return Seen(ours=p)
+        shard = b.cfg.shard
+        if shard is None or shard.owns(p.labels):
+            return Seen(ours=p)
+        why = shard.unowned(p.labels) if not p.node else ""
+        if why:  # the default shard says why nobody places it
+            return Seen(problem=f"pod {p.key}: {why}")
+        # another shard's: capacity held where it runs (on a node of this shard only if relabelled)
     return Seen(held=p) if p.node else Seen()
 
 
@@ -364,6 +378,7 @@ def stage_group(
         apply_kueue(g, kueue, jobs or {})
     if claims is not None:
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
+    _one_shard(b, g)
     queue = g.queue or cfg.default_queue
     if tree is not None and not tree.is_leaf(queue):
         what = "does not exist" if queue not in tree.queues else "is not a leaf"
@@ -376,6 +391,22 @@ def stage_group(
         except Exception as e:
             g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
     return g, wl
+
+
+def _one_shard(b: Build, g: Group) -> None:
+    """A gang is placed whole by one shard: one whose pods (or PodGroup) name another's pool waits."""
+    shard = b.cfg.shard
+    if shard is None:
+        return
+    where = list(b.split.get(g.name, ()))
+    labels = (g.pod_group.get("metadata") or {}).get("labels") if g.pod_group is not None else None
+    if shard.shards.pool_of(labels) and shard.elsewhere(labels):
+        where.append(f"{shard.elsewhere(labels)} on its PodGroup")
+    if where:
+        g.problems.append(
+            f"its pods are in shard {shard.me.said()} but it also names {' and '.join(where)}: a gang "
+            "is placed whole by one shard; give its pods and PodGroup one pool"
+        )
 
 
 def _add_workloads(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -24,15 +24,29 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from phalanx.k8s.view.authn import Guard
 from phalanx.k8s.view.board import Board, Visible
 from phalanx.web import asset
 
 
+class _Labelled(CollectorRegistry):
+    """Every sample with the same extra labels (a scheduling shard's name: shards' series stay apart)."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        super().__init__()
+        self.extra = labels
+
+    def collect(self) -> Iterator[Metric]:
+        for m in super().collect():
+            m.samples = [s._replace(labels={**s.labels, **self.extra}) for s in m.samples]
+            yield m
+
+
 class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, shard: str = "") -> None:
+        self.registry = _Labelled({"shard": shard}) if shard else CollectorRegistry()
         r = self.registry
         self.cycle = Histogram(
             "phalanx_cycle_seconds",

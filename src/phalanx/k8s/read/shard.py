@@ -1,0 +1,128 @@
+"""What one scheduling shard reads: its pools' nodes, pods and queues (issue 35; `phalanx.spec.shards`).
+
+The watch cache keeps only what the shard may need (`ShardFilter.admit`, called by the store for
+every event): the nodes of its pools, the pods waiting for it, every bound pod (a pod of another
+shard or scheduler holds capacity on the node it runs on; one on a node of another pool is left out
+by the read), and every Queue (the read keeps the shard's and says where a tree is split). So a
+shard's memory and cycles follow its share of the cluster, not the whole, and no node has two owners.
+
+What cannot be placed by one shard is said, never half placed: a gang whose pods name pools of two
+shards (each shard sees only its part: the filter remembers the pods it turned away, by gang), a
+queue tree split across shards, and, by the default shard, a pod naming a pool no shard owns.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.k8s import keys
+from phalanx.k8s.client.cache import object_key
+from phalanx.k8s.client.kinds import NODES, PODS
+from phalanx.k8s.read.contain import mapping
+from phalanx.k8s.read.queues import queue_spec
+from phalanx.spec.shards import ShardOf
+
+# the change feed's kind for gangs whose pods another shard was given (the read then reads everything)
+ELSEWHERE = "phalanx/gangs-elsewhere"
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return mapping(mapping(obj.get("metadata")).get("labels"))
+
+
+def _gang(obj: dict[str, Any]) -> str:
+    """The named gang a pod joins (`namespace/name`), or ""."""
+    labels = _labels(obj)
+    notes = mapping(mapping(obj.get("metadata")).get("annotations"))
+    for k in keys.GROUP_KEYS:
+        name = labels.get(k) or notes.get(k)
+        if name:
+            ns = mapping(obj.get("metadata")).get("namespace", "default")
+            return f"{ns}/{name}"
+    return ""
+
+
+@dataclass
+class ShardFilter:
+    """The store's gate: which objects a shard keeps, and the gangs it saw pods of go elsewhere."""
+
+    shard: ShardOf
+    scheduler_name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    turned_away: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (gang, what it names)
+
+    def admit(self, kind: str, event: str, obj: dict[str, Any]) -> tuple[bool, tuple[str, str] | None]:
+        """Whether the store keeps the object; and a change to note beside it (a gang whose pods
+        another shard was given changed: the next read reads everything)."""
+        keep, gang = self._admit(kind, event, obj)
+        return keep, (ELSEWHERE, gang) if gang else None
+
+    def _admit(self, kind: str, event: str, obj: dict[str, Any]) -> tuple[bool, str]:
+        if kind == NODES.key:
+            return self.shard.owns(_labels(obj)), ""
+        if kind != PODS.key:
+            return True, ""
+        spec = mapping(obj.get("spec"))
+        if spec.get("nodeName"):
+            return True, self._forget(object_key(obj))
+        if spec.get("schedulerName") != self.scheduler_name:
+            return False, self._forget(object_key(obj))  # another scheduler's, not placed: nothing to us
+        labels = _labels(obj)
+        if event == "DELETED" or self.shard.owns(labels) or self.shard.unowned(labels):
+            return event != "DELETED", self._forget(object_key(obj))
+        gang = _gang(obj)
+        if not gang:
+            return False, self._forget(object_key(obj))
+        with self.lock:
+            was = self.turned_away.get(object_key(obj))
+            self.turned_away[object_key(obj)] = (gang, self.shard.elsewhere(labels))
+        return False, gang if was is None or was[0] != gang else ""
+
+    def _forget(self, key: str) -> str:
+        with self.lock:
+            was = self.turned_away.pop(key, None)
+        return was[0] if was is not None else ""
+
+    def split(self) -> dict[str, list[str]]:
+        """Gangs some of whose waiting pods this shard turned away: gang -> what those name."""
+        out: dict[str, set[str]] = {}
+        with self.lock:
+            for gang, where in self.turned_away.values():
+                out.setdefault(gang, set()).add(where)
+        return {g: sorted(w) for g, w in out.items()}
+
+
+def shard_queues(queues: list[dict[str, Any]], shard: ShardOf) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The shard's queues, and why each other queue is not its own (for workloads that name one);
+    a queue of the shard whose parent belongs to another shard is refused, naming both."""
+    mine: list[dict[str, Any]] = []
+    problems: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for q in queues:
+        name = str(mapping(q.get("metadata")).get("name", ""))
+        where = shard.elsewhere(_labels(q))
+        if where:
+            owner[name] = where
+            problems[name] = f"queue {name!r} belongs to {where}, not to shard {shard.me.said()}"
+        else:
+            mine.append(q)
+    out = []
+    for q in mine:
+        name = str(mapping(q.get("metadata")).get("name", ""))
+        try:
+            parent = str(queue_spec(q).get("parent") or "")
+        except Exception:  # the tree's own read names what is wrong with it
+            parent = ""
+        if parent in owner:
+            problems[name] = (
+                f"queue {name!r} is in shard {shard.me.name} but its parent {parent!r} belongs to "
+                f"{owner[parent]}: a queue tree is scheduled by one shard"
+            )
+        else:
+            out.append(q)
+    return out, problems
+
+
+__all__ = ["ELSEWHERE", "ShardFilter", "shard_queues"]

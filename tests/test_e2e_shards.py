@@ -1,0 +1,126 @@
+"""Scheduling shards on a real kube-apiserver (issue 35): two shards as the chart installs them.
+
+The chart is rendered with two shards; its RBAC is applied and each shard's scheduler runs as its
+own process, with the arguments of its Deployment and the chart's service account, so what runs is
+what `helm install` runs (the control plane here has no kubelets to run the pods themselves).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e_kube import SERVICE_ACCOUNTS, Kube, phalanx, wait_for
+from helm_chart import component, find, render
+from kube_objects import node, pod, pod_group
+from phalanx.k8s.client.kinds import LEASES, OUR_POD_GROUPS
+
+pytestmark = pytest.mark.e2e
+
+SHARDS = {"shards": [{"name": "h100", "pools": ["h100"]}, {"name": "rest", "default": True}]}
+NS = "phalanx-system"
+
+
+def _pooled(obj: dict[str, Any], pool: str) -> dict[str, Any]:
+    obj["metadata"].setdefault("labels", {})["phalanx.io/node-pool"] = pool
+    return obj
+
+
+def _installed(kube: Kube, tmp: Path) -> dict[str, list[str]]:
+    """The chart's RBAC for two shards applied; each shard's scheduler arguments, as its Deployment
+    gives them, with the chart's service account's kubeconfig and the shards file it mounts."""
+    docs = render(SHARDS)
+    kube.ensure_namespace(NS)
+    for doc in component(docs, "scheduler"):
+        if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+            kube.apply(doc)
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    tok = kube.api.request("POST", SERVICE_ACCOUNTS.path(NS, "phalanx-scheduler", "token"), body)
+    cfg = str(kube.cp.kubeconfig_for_token(tok["status"]["token"], "phalanx-sa"))
+    shards_file = tmp / "shards.yaml"
+    shards_file.write_text(find(docs, "ConfigMap", "phalanx-shards")["data"]["shards.yaml"])
+    out = {}
+    for name in ("h100", "rest"):
+        dep = find(docs, "Deployment", f"phalanx-scheduler-{name}")
+        assert dep["spec"]["selector"]["matchLabels"]["phalanx.io/shard"] == name
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--shard={name}" in args and "--shards=/etc/phalanx/shards/shards.yaml" in args
+        args = [a for a in args if a not in ("--in-cluster",) and not a.startswith(("--shards=", "--port="))]
+        out[name] = [
+            *args, "--kubeconfig", cfg, "--shards", str(shards_file), "--port", "0",
+            "--identity", f"{name}-0", "--cycle-seconds", "0.2",
+        ]  # fmt: skip
+    return out
+
+
+def _events(kube: Kube, name: str) -> str:
+    return " | ".join(f"{r}: {m}" for r, m in kube.events(name))
+
+
+def test_two_shards_from_the_chart_bind_only_their_pools_and_one_dying_leaves_the_other(
+    kube: Kube, tmp_path: Path
+) -> None:
+    args = _installed(kube, tmp_path)
+    kube.api.create("nodes", _pooled(node("h1", gpus=8), "h100"))
+    kube.api.create("nodes", node("r1", gpus=8))
+    for k in range(3):
+        kube.create(_pooled(pod(f"h-{k}", gpus=1), "h100"))
+    for k in range(2):
+        kube.create(pod(f"r-{k}", gpus=1))
+    kube.create(_pooled(pod("lost", gpus=1), "t4"))  # a pool no shard owns
+    kube.create(pod_group("pair", 2))  # a gang whose pods name two shards' pools
+    kube.create(_pooled(pod("pair-0", gpus=1, labels={"phalanx.io/pod-group": "pair"}), "h100"))
+    kube.create(pod("pair-1", gpus=1, labels={"phalanx.io/pod-group": "pair"}))
+    env = {**os.environ, "COLUMNS": "200"}
+    procs = {name: phalanx(*a, env=env) for name, a in args.items()}  # the args begin with "scheduler"
+    try:
+        wait_for(
+            "h100's pods on h1", lambda: all(kube.node_of(f"h-{k}") == "h1" for k in range(3)), timeout=60
+        )
+        wait_for(
+            "the rest's pods on r1", lambda: all(kube.node_of(f"r-{k}") == "r1" for k in range(2)), timeout=60
+        )
+        for name in ("h100", "rest"):
+            lease = kube.get(LEASES, f"phalanx-scheduler-{name}", NS)
+            assert lease is not None and lease["spec"]["holderIdentity"] == f"{name}-0"
+        wait_for("why lost waits", lambda: "no scheduling shard owns" in _events(kube, "lost"), timeout=30)
+        assert "pool 't4'" in _events(kube, "lost") and not kube.node_of("lost")
+        for p in ("pair-0", "pair-1"):  # each shard sees its half, and says a gang is one shard's
+            wait_for(
+                f"why {p} waits", lambda p=p: "placed whole by one shard" in _events(kube, p), timeout=30
+            )
+        assert not kube.node_of("pair-0") and not kube.node_of("pair-1")
+        group = kube.get(OUR_POD_GROUPS, "pair", "default") or {}
+        assert "one shard" in str(group.get("status")), group.get("status")
+
+        procs["rest"].send_signal(signal.SIGKILL)  # the rest's leader dies: h100 goes on alone
+        procs["rest"].wait(timeout=10)
+        kube.create(_pooled(pod("h-late", gpus=1), "h100"))
+        kube.create(pod("r-late", gpus=1))
+        wait_for(
+            "h100 binds after the rest's leader died", lambda: kube.node_of("h-late") == "h1", timeout=30
+        )
+        time.sleep(1.0)
+        assert not kube.node_of("r-late")  # nobody else took the rest's pods
+        lease = kube.get(LEASES, "phalanx-scheduler-rest", NS)
+        assert lease is not None and lease["spec"]["holderIdentity"] == "rest-0"  # not taken over by h100
+        bound = {n: kube.node_of(n) for n in ("h-0", "h-1", "h-2", "h-late", "r-0", "r-1")}
+        assert {n for n, at in bound.items() if at == "h1"} == {"h-0", "h-1", "h-2", "h-late"}
+    finally:
+        outs = {}
+        for name, p in procs.items():
+            if p.poll() is None:
+                p.terminate()
+            outs[name] = p.communicate(timeout=30)[0]
+            print(f"--- shard {name}:\n{outs[name][-6000:]}")  # shown when the test fails
+    assert "forbidden" not in outs["h100"].lower(), outs["h100"]
+    assert "Traceback" not in outs["h100"], outs["h100"]
