@@ -102,6 +102,15 @@ def test_two_shards_from_the_chart_bind_only_their_pools_and_one_dying_leaves_th
         group = kube.get(OUR_POD_GROUPS, "pair", "default") or {}
         assert "one shard" in str(group.get("status")), group.get("status")
 
+        shards_file = next(a for a in args["h100"] if a.endswith("shards.yaml"))
+        status = phalanx("status", "--kubeconfig", str(kube.cp.kubeconfig), "--shards", shards_file, env=env)
+        out = status.communicate(timeout=60)[0]
+        assert status.returncode == 0, out
+        rows = {ln.split("│")[1].strip(): ln for ln in out.splitlines() if ln.count("│") > 6}
+        assert {"h100", "rest"} <= rows.keys(), out  # one table of every shard, then each shard's own
+        assert [c.strip() for c in rows["h100"].split("│")[3:5]] == ["1", "8"], rows["h100"]  # nodes, GPUs
+        assert "Pending workloads (shard rest)" in out and "default/pair" in out
+
         procs["rest"].send_signal(signal.SIGKILL)  # the rest's leader dies: h100 goes on alone
         procs["rest"].wait(timeout=10)
         kube.create(_pooled(pod("h-late", gpus=1), "h100"))

@@ -119,9 +119,12 @@ def test_a_shard_keeps_its_nodes_the_pods_waiting_for_it_and_every_bound_pod() -
     before = c.store.generation
     c.store.apply("nodes", "MODIFIED", _labelled(node("h1", gpus=8), "a100"))  # relabelled away
     assert c.store.items("nodes") == [] and c.store.changes(before) == {"nodes": {"h1"}}
+    c.store.changed.clear()
     before = c.store.generation
     c.store.apply("pods", "MODIFIED", _labelled(pod("theirs", gpus=1), "a100"))  # never kept: no change
-    assert c.store.changes(before) == {}
+    c.store.apply("pods", "MODIFIED", _labelled(pod("running-there", gpus=2, node="a1"), "a100"))
+    assert c.store.changes(before) == {} and not c.store.changed.is_set()  # kept, but wakes no cycle
+    assert c.store.get("pods", "default/running-there")["spec"]["nodeName"] == "a1"
 
 
 def test_another_shards_pod_on_a_node_of_this_one_holds_capacity_and_is_never_its_workload() -> None:

@@ -23,7 +23,7 @@ from phalanx.k8s.loop.leader import LeaseNamespaceMissing
 from phalanx.k8s.loop.scheduler import Scheduler
 from phalanx.k8s.view.authn import Guard
 from phalanx.k8s.view.server import serve
-from phalanx.k8s.view.status import collect
+from phalanx.k8s.view.status import collect, shard_row, shard_worlds, summarize
 from phalanx.profiles import load_profile
 from phalanx.spec.common import load_yaml
 from phalanx.spec.shards import ShardOf, load_shards
@@ -231,6 +231,7 @@ def status(
         bool,
         typer.Option("--insecure-skip-tls-verify", help="With --shadow: accept a self-made certificate."),
     ] = False,
+    shards: opt.ShardsFile = None,
 ) -> None:
     """Queues, which GPU holds which pods, fractions or slices, gangs with their phase and members
     (running, ended, waiting), and pending workloads with the reason the scheduler gives (naming
@@ -250,18 +251,28 @@ def status(
             kueue=kueue,
         )
         load_profile(profile)
+        every = load_shards(shards) if shards is not None else None
         api = _connect(kubeconfig, in_cluster)
         try:
-            st = collect(api, cfg)
+            if every is None:
+                views = [("", collect(api, cfg))]
+            else:
+                pairs = shard_worlds(api, cfg, every)
+                views = [(sh.name, summarize(w, cfg)) for sh, w in pairs]
+                rows = [shard_row(sh, w, st) for (sh, w), (_, st) in zip(pairs, views, strict=True)]
         except Exception as e:
             raise SpecError("API server", f"cannot read the cluster: {e}") from None
     console = Console()
-    _table(console, "Queues (GPUs)", st.queues)
-    _table(console, "GPUs", st.gpus)
-    _table(console, "Gangs", st.gangs)
-    _table(console, "Pending workloads", st.pending)
-    for p in st.problems:
-        console.print(f"[yellow]problem:[/] {p}", highlight=False)
+    if every is not None:
+        _table(console, "Shards", rows)
+    for name, st in views:
+        of = f" (shard {name})" if name else ""
+        _table(console, f"Queues (GPUs){of}", st.queues)
+        _table(console, f"GPUs{of}", st.gpus)
+        _table(console, f"Gangs{of}", st.gangs)
+        _table(console, f"Pending workloads{of}", st.pending)
+        for p in st.problems:
+            console.print(f"[yellow]problem{of}:[/] {p}", highlight=False)
 
 
 def _table(console: Console, title: str, rows: list[dict[str, object]]) -> None:

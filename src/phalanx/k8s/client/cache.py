@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from phalanx.k8s.client.api import Api, Forbidden, Gone, NotFound
 from phalanx.k8s.client.kinds import Kind
@@ -47,9 +47,16 @@ EVERY = "*"
 Changes = dict[str, set[str] | None]
 
 
-# Which objects a store keeps (a scheduling shard's), and another change to note beside the object's:
-# (kind, key) -> a reader reads that kind's key as changed (the read side decides what it means).
-Admit = Callable[[str, str, dict[str, Any]], tuple[bool, tuple[str, str] | None]]
+class Admitted(NamedTuple):
+    """A store's gate on one event (a scheduling shard's: `phalanx.k8s.read.shard`)."""
+
+    keep: bool  # the object is kept (else dropped, or never taken)
+    also: tuple[str, str] | None = None  # another change to note beside it: (kind, key)
+    # kept, but no reader's cycle depends on it: no feed entry, no wake-up (a full read still sees it)
+    quiet: bool = False
+
+
+Admit = Callable[[str, str, dict[str, Any]], Admitted]
 
 
 class Store:
@@ -70,7 +77,7 @@ class Store:
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         if self.admit is not None:
-            items = [o for o in items if self._admitted(kind, "ADDED", o)]
+            items = [o for o in items if self._admitted(kind, "ADDED", o).keep]
         with self.lock:
             self.objects[kind] = {object_key(o): o for o in items}
             self.synced.add(kind)
@@ -88,27 +95,29 @@ class Store:
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         key = object_key(obj)
-        keep = event != "DELETED"
+        gate = Admitted(True)
         if self.admit is not None:  # told of deletions too (what it remembers of the object goes)
-            keep = self._admitted(kind, event, obj) and keep
+            gate = self._admitted(kind, event, obj)
         with self.lock:
             table = self.objects.setdefault(kind, {})
-            if keep:
+            if gate.keep and event != "DELETED":
                 table[key] = obj
             elif table.pop(key, None) is None and self.admit is not None:
                 return  # not kept before either: nothing a reader has seen moved
+            if gate.quiet:
+                return
             self._moved(kind, key)
         self.changed.set()
 
-    def _admitted(self, kind: str, event: str, obj: dict[str, Any]) -> bool:
+    def _admitted(self, kind: str, event: str, obj: dict[str, Any]) -> Admitted:
         """The shard's gate; a change it reports beside the object is noted in the feed."""
         assert self.admit is not None
-        keep, also = self.admit(kind, event, obj)
-        if also is not None:
+        gate = self.admit(kind, event, obj)
+        if gate.also is not None:
             with self.lock:
-                self._moved(*also)
+                self._moved(*gate.also)
             self.changed.set()
-        return keep
+        return gate
 
     def changes(self, since: int) -> Changes | None:
         """What changed after generation `since`, by kind; None when the feed no longer reaches back
@@ -307,4 +316,4 @@ class Informers(threading.Thread):
         return self.synced()
 
 
-__all__ = ["EVERY", "Admit", "Changes", "Informer", "Informers", "Store", "object_key"]
+__all__ = ["EVERY", "Admit", "Admitted", "Changes", "Informer", "Informers", "Store", "object_key"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.k8s import keys
-from phalanx.k8s.client.cache import object_key
+from phalanx.k8s.client.cache import Admitted, object_key
 from phalanx.k8s.client.kinds import NODES, PODS
 from phalanx.k8s.read.contain import mapping
 from phalanx.k8s.read.queues import queue_spec
@@ -52,33 +52,44 @@ class ShardFilter:
     scheduler_name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     turned_away: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (gang, what it names)
+    nodes: set[str] = field(default_factory=set)  # the shard's nodes, as the cache last saw them
 
-    def admit(self, kind: str, event: str, obj: dict[str, Any]) -> tuple[bool, tuple[str, str] | None]:
-        """Whether the store keeps the object; and a change to note beside it (a gang whose pods
-        another shard was given changed: the next read reads everything)."""
-        keep, gang = self._admit(kind, event, obj)
-        return keep, (ELSEWHERE, gang) if gang else None
-
-    def _admit(self, kind: str, event: str, obj: dict[str, Any]) -> tuple[bool, str]:
+    def admit(self, kind: str, event: str, obj: dict[str, Any]) -> Admitted:
+        """Whether the store keeps the object; a change to note beside it (a gang whose pods another
+        shard was given changed: the next read reads everything); and whether no cycle of this
+        shard depends on it (a pod running on another shard's node: kept, so that a full read after
+        that node joins this shard sees it, but it wakes no cycle here)."""
         if kind == NODES.key:
-            return self.shard.owns(_labels(obj)), ""
+            name = str(mapping(obj.get("metadata")).get("name", ""))
+            keep = event != "DELETED" and self.shard.owns(_labels(obj))
+            with self.lock:
+                (self.nodes.add if keep else self.nodes.discard)(name)
+            return Admitted(keep)
         if kind != PODS.key:
-            return True, ""
+            return Admitted(True)
+        key = object_key(obj)
         spec = mapping(obj.get("spec"))
-        if spec.get("nodeName"):
-            return True, self._forget(object_key(obj))
+        node = spec.get("nodeName")
+        if node:
+            with self.lock:
+                quiet = node not in self.nodes
+            return self._noted(Admitted(True, quiet=quiet), self._forget(key))
         if spec.get("schedulerName") != self.scheduler_name:
-            return False, self._forget(object_key(obj))  # another scheduler's, not placed: nothing to us
+            return self._noted(Admitted(False), self._forget(key))  # another scheduler's, waiting
         labels = _labels(obj)
         if event == "DELETED" or self.shard.owns(labels) or self.shard.unowned(labels):
-            return event != "DELETED", self._forget(object_key(obj))
+            return self._noted(Admitted(event != "DELETED"), self._forget(key))
         gang = _gang(obj)
         if not gang:
-            return False, self._forget(object_key(obj))
+            return self._noted(Admitted(False), self._forget(key))
         with self.lock:
-            was = self.turned_away.get(object_key(obj))
-            self.turned_away[object_key(obj)] = (gang, self.shard.elsewhere(labels))
-        return False, gang if was is None or was[0] != gang else ""
+            was = self.turned_away.get(key)
+            self.turned_away[key] = (gang, self.shard.elsewhere(labels))
+        return self._noted(Admitted(False), gang if was is None or was[0] != gang else "")
+
+    @staticmethod
+    def _noted(gate: Admitted, gang: str) -> Admitted:
+        return gate._replace(also=(ELSEWHERE, gang)) if gang else gate
 
     def _forget(self, key: str) -> str:
         with self.lock:

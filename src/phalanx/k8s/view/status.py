@@ -12,21 +12,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.client.api import Api
+from phalanx.k8s.client.cache import Store
+from phalanx.k8s.client.kinds import JOBS
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import decide
+from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.lifecycle import gang_names, gang_status
+from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.world import World
-from phalanx.k8s.trial.capture import read
+from phalanx.k8s.trial.capture import Capture, read
 from phalanx.k8s.view.board import Board
 from phalanx.k8s.view.holders import gpu_holders
 from phalanx.profiles import load_profile
+from phalanx.spec.shards import Shard, ShardOf, Shards
 
 log = logging.getLogger("phalanx.k8s")
 
@@ -44,18 +49,58 @@ def collect(api: Api, cfg: AdapterConfig, clock: Callable[[], float] = time.time
     return summarize(world_now(api, cfg), cfg, clock)
 
 
+def _listed(api: Api) -> Capture:
+    """Every kind listed once; without nodes or pods there is nothing to say."""
+    c = read(api)
+    if "pods" in c.unreadable or "nodes" in c.unreadable:
+        raise RuntimeError(
+            "; ".join(f"{k}: {c.unreadable[k]}" for k in ("nodes", "pods") if k in c.unreadable)
+        )
+    return c
+
+
 def world_now(api: Api, cfg: AdapterConfig) -> World:
     """The world the scheduler would build from the cluster as it is now: every kind listed once and
     gathered as the scheduler gathers its watch cache (`phalanx.k8s.trial.capture`); a kind that cannot be
     read counts as empty and is named among the problems."""
-    c = read(api)
-    if "pods" in c.unreadable or "nodes" in c.unreadable:  # nothing to say without them
-        raise RuntimeError(
-            "; ".join(f"{k}: {c.unreadable[k]}" for k in ("nodes", "pods") if k in c.unreadable)
-        )
+    c = _listed(api)
     world = c.gathered(cfg).world(cfg, c.time)
     world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
     return world
+
+
+def shard_worlds(api: Api, cfg: AdapterConfig, shards: Shards) -> list[tuple[Shard, World]]:
+    """`phalanx status --shards`: the cluster listed once, and each shard's world as its scheduler
+    builds it (the same gate on a watch cache of the same objects: `phalanx.k8s.read.shard`)."""
+    c = _listed(api)
+    out = []
+    for me in shards.shards:
+        view = ShardOf(shards, me)
+        gate = ShardFilter(view, cfg.scheduler_name)
+        store = Store(admit=gate.admit)
+        for kind, objs in c.objects.items():
+            store.replace(kind, objs)
+        mine = replace(cfg, shard=view)
+        world = gather(store.items, JOBS.key in c.served, mine, split=gate.split()).world(mine, c.time)
+        world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
+        out.append((me, world))
+    return out
+
+
+def shard_row(shard: Shard, world: World, st: Status) -> dict[str, object]:
+    """One line of the shards table: what the shard holds and what waits in it."""
+    c = world.snapshot.cluster
+    gpus = int(c.gpu_count.sum())
+    free = float(sum((c.gpu_milli_free[i, : int(c.gpu_count[i])]).sum() for i in range(len(c)))) / 1000
+    return {
+        "shard": shard.name,
+        "owns": shard.said().split(" ", 1)[1].strip("()"),
+        "nodes": len(world.snapshot.nodes),
+        "GPUs": gpus,
+        "GPUs in use": round(gpus - free, 3),
+        "pending": len(st.pending),
+        "problems": len(st.problems),
+    }
 
 
 def follow(
