@@ -17,6 +17,11 @@ and the fault before each, pods waiting over 60 s with no Event saying why; each
 10 s (plotted), and cycle times from the replicas' /metrics.
 
     PHALANX_K8S_ASSETS=... python benchmarks/bench_churn.py [--minutes 60] [--nodes 1000] [--out DIR]
+
+`--shards K` (issue 35): the nodes split into K pools (`phalanx.io/node-pool=p<j>`, every node
+type in each), each job naming one pool, and two replicas per shard (`--shards FILE --shard s<j>`);
+each kill is a kill -9 of every shard's leader at once. Also counted: pods bound to a node of
+another pool than theirs (a pod placed by the wrong shard).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from phalanx.k8s.client.kinds import LEASES, OUR_POD_GROUPS, PODS  # noqa: E402
 from phalanx.k8s.lab.localcluster import ControlPlane, free_port  # noqa: E402
 
 NS = "churn"
+POOL = "phalanx.io/node-pool"
 SHAPES = [  # (kind, pods, GPUs per pod, weight)
     ("gang", 4, 8, 0.10),
     ("gang", 2, 4, 0.15),
@@ -59,7 +65,8 @@ SHAPES = [  # (kind, pods, GPUs per pod, weight)
 ]
 
 
-def _nodes(kube: Kube, n: int) -> None:
+def _nodes(kube: Kube, n: int, shards: int = 0) -> dict[str, str]:
+    """The nodes; returns each one's pool (all "" without shards)."""
     mig, dra = n // 10, n // 20
     objs: list[dict[str, Any]] = []
     for k in range(n - mig - dra):
@@ -72,6 +79,12 @@ def _nodes(kube: Kube, n: int) -> None:
         d = node(f"dra-{k:04d}", gpus=0)
         d["metadata"]["labels"] = {"topology.phalanx.io/rack": "dra"}
         objs.append(d)
+    pools = {}
+    for o in objs:
+        name = o["metadata"]["name"]
+        pools[name] = f"p{int(name.rsplit('-', 1)[1]) % shards}" if shards else ""
+        if shards:
+            o["metadata"]["labels"][POOL] = pools[name]
     with ThreadPoolExecutor(16) as ex:
         list(ex.map(lambda o: kube.api.create("nodes", o), objs))
         for c in device_classes():
@@ -80,13 +93,15 @@ def _nodes(kube: Kube, n: int) -> None:
         list(ex.map(kube.create, slices))
     one = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
     kube.create(template("one-gpu", one, ns=NS))
+    return pools
 
 
 class Jobs:
     """Makes jobs of mixed shapes and ends them; remembers what it deleted (the rest is eviction)."""
 
-    def __init__(self, kube: Kube, seed: int) -> None:
-        self.kube, self.rng = kube, random.Random(seed)
+    def __init__(self, kube: Kube, seed: int, shards: int = 0) -> None:
+        self.kube, self.rng, self.shards = kube, random.Random(seed), shards
+        self.pool_of: dict[str, str] = {}  # pod -> the pool it names ("" without shards)
         self.live: dict[str, tuple[list[str], bool]] = {}  # job -> (pods, gang?)
         self.whole_since: dict[str, float] = {}
         self.ends: dict[str, float] = {}
@@ -101,6 +116,8 @@ class Jobs:
         names = [f"{job}-{k}" for k in range(n)]
         notes: dict[str, str] = {}
         extra: dict[str, str] = {}
+        pool = f"p{self.rng.randrange(self.shards)}" if self.shards else ""
+        labels = {POOL: pool} if pool else {}
         if kind == "gang":
             self.kube.create(pod_group(job, n, ns=NS))
             notes["phalanx.io/pod-group"] = job
@@ -109,7 +126,8 @@ class Jobs:
         elif kind == "mig":
             extra["nvidia.com/mig-1g.10gb"] = "1"
         for name in names:
-            p = pod(name, ns=NS, gpus=gpus, annotations=notes, resources=extra)
+            self.pool_of[name] = pool
+            p = pod(name, ns=NS, gpus=gpus, annotations=notes, resources=extra, labels=dict(labels))
             del p["metadata"]["uid"], p["metadata"]["creationTimestamp"]
             if kind == "dra":
                 p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
@@ -136,8 +154,8 @@ class Jobs:
 
 
 class Replica:
-    def __init__(self, ident: str, kubeconfig: Path, logs: Path) -> None:
-        self.ident, self.kubeconfig, self.logs = ident, kubeconfig, logs
+    def __init__(self, ident: str, kubeconfig: Path, logs: Path, extra: tuple[str, ...] = ()) -> None:
+        self.ident, self.kubeconfig, self.logs, self.extra = ident, kubeconfig, logs, extra
         self.port = free_port()
         self.incarnation = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -148,7 +166,7 @@ class Replica:
         log = open(self.logs / f"{self.ident}-{self.incarnation}.log", "wb")  # noqa: SIM115
         args = ["scheduler", "--kubeconfig", str(self.kubeconfig), "--lease-namespace", NS, "--identity",
                 self.ident, "--port", str(self.port), "--insecure-metrics", "--cycle-seconds", "1",
-                "--lease-duration", "5"]  # fmt: skip
+                "--lease-duration", "5", *self.extra]  # fmt: skip
         self.proc = subprocess.Popen([sys.executable, "-m", "phalanx.cli.main", *args], stdout=log,
                                      stderr=subprocess.STDOUT)  # fmt: skip
 
@@ -163,7 +181,7 @@ class Replica:
 
 
 def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, drop_every: float,
-        bind_500: float, seed: int = 1) -> dict[str, Any]:  # fmt: skip
+        bind_500: float, seed: int = 1, shards: int = 0) -> dict[str, Any]:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     cp = ControlPlane().start()
     kube = Kube(cp)
@@ -171,7 +189,7 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
         kube.install_crds(sorted((ROOT / "deploy" / "helm" / "phalanx" / "crds").glob("*.yaml")))
         kube.ensure_namespace(NS)
         t0 = time.monotonic()
-        _nodes(kube, nodes)
+        pools = _nodes(kube, nodes, shards)
         setup_s = time.monotonic() - t0
         proxy = FaultProxy(cp.url, cp.ca_crt, cp.admin_crt, cp.admin_key, bind_500)
         kc = out / "proxy.kubeconfig"
@@ -181,9 +199,20 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
             "users": [{"name": "p", "user": {}}],
             "contexts": [{"name": "p", "context": {"cluster": "p", "user": "p"}}],
         }))  # fmt: skip
-        replicas = [Replica(i, kc, out) for i in ("a", "b")]
-        jobs = Jobs(kube, seed)
-        watcher = Watcher(kube, NS, jobs, replicas, out)
+        if shards:
+            f = out / "shards.yaml"
+            f.write_text(
+                yaml.safe_dump({"shards": [{"name": f"s{j}", "pools": [f"p{j}"]} for j in range(shards)]})
+            )
+            replicas = [
+                Replica(f"s{j}-{i}", kc, out, ("--shards", str(f), "--shard", f"s{j}"))
+                for j in range(shards)
+                for i in ("a", "b")
+            ]
+        else:
+            replicas = [Replica(i, kc, out) for i in ("a", "b")]
+        jobs = Jobs(kube, seed, shards)
+        watcher = Watcher(kube, NS, jobs, replicas, out, pools)
         faults: list[tuple[float, str]] = []
         end = time.monotonic() + minutes * 60
         start = time.monotonic()
@@ -198,7 +227,7 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
             now = time.monotonic()
             while plan and plan[0][0] <= now - start:
                 _, what = plan.pop(0)
-                faults.append((now - start, _fault(what, kube, cp, proxy, replicas)))
+                faults.append((now - start, _fault(what, kube, cp, proxy, replicas, shards)))
             if now >= next_job:
                 try:
                     jobs.make()
@@ -211,8 +240,8 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
         report["gangs_partial_detail"] = detail
         report["gangs_partial_over_2s_not_near_a_fault"] = sum(1 for p in detail if not p[3])
         report.update(
-            minutes=minutes, nodes=nodes, rate=rate, setup_s=round(setup_s, 1), jobs_made=jobs.made,
-            faults=[f"{t:.0f}s {w}" for t, w in faults], proxy=proxy.counts,
+            minutes=minutes, nodes=nodes, rate=rate, shards=shards, setup_s=round(setup_s, 1),
+            jobs_made=jobs.made, faults=[f"{t:.0f}s {w}" for t, w in faults], proxy=proxy.counts,
         )  # fmt: skip
         for r in replicas:
             r.kill()
@@ -230,16 +259,22 @@ def _near(t: float, faults: list[tuple[float, str]]) -> str:
     return hits[-1] if hits else ""
 
 
-def _fault(what: str, kube: Kube, cp: ControlPlane, proxy: FaultProxy, replicas: list[Replica]) -> str:
-    if what == "kill":
-        lease = kube.get(LEASES, "phalanx-scheduler", NS) or {}
-        holder = (lease.get("spec") or {}).get("holderIdentity", "")
-        for r in replicas:
-            if r.ident == holder:
-                r.kill()
-                threading.Timer(5.0, r.start).start()
-                return f"kill -9 leader {r.key}"
-        return "kill: no leader"
+def _fault(
+    what: str, kube: Kube, cp: ControlPlane, proxy: FaultProxy, replicas: list[Replica], shards: int = 0
+) -> str:
+    if what == "kill":  # every shard's leader at once
+        said = []
+        for lease_name in [f"phalanx-scheduler-s{j}" for j in range(shards)] or ["phalanx-scheduler"]:
+            lease = kube.get(LEASES, lease_name, NS) or {}
+            holder = (lease.get("spec") or {}).get("holderIdentity", "")
+            hit = next((r for r in replicas if r.ident == holder), None)
+            if hit is None:
+                said.append(f"kill: no leader of {lease_name}")
+                continue
+            hit.kill()
+            threading.Timer(5.0, hit.start).start()
+            said.append(f"kill -9 leader {hit.key}")
+        return "; ".join(said)
     if what == "drop":
         return f"dropped {proxy.drop()} watches"
     name = "kube-apiserver" if what == "apiserver" else "etcd"
@@ -257,8 +292,9 @@ def main() -> None:
     ap.add_argument("--drop-every", type=float, default=420.0)
     ap.add_argument("--bind-500", type=float, default=0.01)
     ap.add_argument("--out", default="/tmp/phalanx-churn")
+    ap.add_argument("--shards", type=int, default=0, help="split the nodes into this many shards")
     a = ap.parse_args()
-    r = run(a.minutes, a.nodes, Path(a.out), a.rate, a.kill_every, a.drop_every, a.bind_500)
+    r = run(a.minutes, a.nodes, Path(a.out), a.rate, a.kill_every, a.drop_every, a.bind_500, shards=a.shards)
     print(json.dumps({k: v for k, v in r.items() if k != "rss"}, indent=1))
 
 

@@ -16,7 +16,7 @@ from phalanx.k8s.client.kinds import EVENTS, PODS
 
 SAMPLE_S = 0.5
 LASTING_S = 2.0  # a gang partial for longer than two 1 s cycles
-BUCKETS = re.compile(r'^phalanx_cycle_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+BUCKETS = re.compile(r'^phalanx_cycle_seconds_bucket\{le="([^"]+)"[^}]*\} ([0-9.e+]+)$', re.M)
 
 
 def _rss_mib(pid: int) -> float:
@@ -30,8 +30,18 @@ def _rss_mib(pid: int) -> float:
 
 
 class Watcher:
-    def __init__(self, kube: Any, ns: str, jobs: Any, replicas: list[Any], out: Path) -> None:
+    def __init__(
+        self,
+        kube: Any,
+        ns: str,
+        jobs: Any,
+        replicas: list[Any],
+        out: Path,
+        pools: dict[str, str] | None = None,
+    ) -> None:
         self.kube, self.ns, self.jobs, self.replicas, self.out = kube, ns, jobs, replicas, out
+        self.pools = pools or {}  # node -> its pool (shards)
+        self.wrong_pool: set[str] = set()  # pods bound to a node of another pool than theirs
         self.stop_event = threading.Event()
         self.t0 = time.monotonic()
         self.node_of: dict[str, str] = {}  # pod uid -> node
@@ -87,6 +97,10 @@ class Watcher:
                 continue
             bound[name] = where
             self.bound_ever.add(uid)
+            if self.pools.get(where, "") != getattr(self.jobs, "pool_of", {}).get(name, ""):
+                self.wrong_pool.add(
+                    f"{name} ({self.jobs.pool_of.get(name)!r}) on {where} ({self.pools.get(where)!r})"
+                )
             if self.node_of.setdefault(uid, where) != where:
                 self.double_binds.append(f"{name}: {self.node_of[uid]} then {where}")
             devices = (meta.get("annotations") or {}).get("phalanx.io/gpu-devices", "")
@@ -158,6 +172,7 @@ class Watcher:
             "pods_bound": len(self.bound_ever),
             "evictions": len(self.evicted),
             "double_binds": self.double_binds,
+            "bound_outside_their_pool": sorted(self.wrong_pool)[:20],
             "gpu_given_twice": sorted(self.gpu_twice),
             "gangs_partial_over_2s": len(self.partials),
             "gangs_partial_longest_s": max((s for _, _, s in self.partials), default=0.0),

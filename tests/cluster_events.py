@@ -29,10 +29,15 @@ NOW = 1.8e9
 class Cluster:
     """API objects as a watch cache would hold them, each change a new resourceVersion."""
 
-    def __init__(self, rng: random.Random, nodes: int, queues: bool, dra: bool = False) -> None:
+    def __init__(
+        self, rng: random.Random, nodes: int, queues: bool, dra: bool = False, pools: tuple[str, ...] = ()
+    ) -> None:
         self.rng = rng
         self.rv = 0
+        self.pools = pools  # scheduling shards: node pools nodes and pods name ("" : none), at random
         self.nodes = [self._stamp(node(f"n{i}", gpus=rng.choice([0, 4, 8]))) for i in range(nodes)]
+        for nd in self.nodes:
+            self._pool(nd)
         self.pods: list[dict[str, Any]] = []
         self.groups: list[dict[str, Any]] = []
         self.queues = [self._stamp(queue("team-a", 16)), self._stamp(queue("team-b", 8))] if queues else []
@@ -65,8 +70,16 @@ class Cluster:
     def new_pod(self, **kw: Any) -> dict[str, Any]:
         self.serial += 1
         p = self._stamp(pod(f"p{self.serial}", **kw))
+        self._pool(p)
         self.pods.append(p)
         return p
+
+    def _pool(self, obj: dict[str, Any]) -> None:
+        """With pools: the object names one of them, or none."""
+        if self.pools:
+            pool = self.rng.choice([*self.pools, ""])
+            if pool:
+                obj["metadata"].setdefault("labels", {})["phalanx.io/node-pool"] = pool
 
     def event(self) -> str:
         """One random change; returns what it was (for the failure message)."""
@@ -125,6 +138,9 @@ class Cluster:
         if r < 0.86:
             nd = rng.choice(self.nodes)
             nd["metadata"]["labels"]["rack"] = str(rng.randint(0, 3))
+            if self.pools:  # into another pool, or out of any
+                nd["metadata"]["labels"].pop("phalanx.io/node-pool", None)
+                self._pool(nd)
             self.changed(nd)
             return f"relabelled {nd['metadata']['name']}"
         if r < 0.90:

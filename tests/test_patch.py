@@ -33,17 +33,20 @@ from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.patch import Feed
 from phalanx.k8s.read.pods import timestamp
+from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.world import World, build_world
 from phalanx.profiles import load_profile
+from phalanx.spec.shards import ShardOf, parse_shards
 
 
 class Watched:
     """The cluster's objects as an informer keeps them in a store: every change an event."""
 
-    def __init__(self, c: Cluster) -> None:
+    def __init__(self, c: Cluster, gate: ShardFilter | None = None) -> None:
         self.c = c
-        self.store = Store()
+        self.gate = gate  # a scheduling shard's cache: only what the shard keeps
+        self.store = Store(admit=gate.admit if gate is not None else None)
         self.last: dict[tuple[str, str], str] = {}
 
     def sync(self) -> None:
@@ -78,7 +81,8 @@ def _patched(w: Watched, cfg: AdapterConfig, memo: Translations, carry: Carry, n
     at = store.generation
     changes = store.changes(carry.at) if carry.at is not None else None
     feed = Feed(changes, lambda k: store.get("pods", k), lambda n: store.get("nodes", n), store.get)
-    world = gather(store.items, False, cfg).world(cfg, now, memo, carry, stamp=at, feed=feed)
+    split = w.gate.split() if w.gate is not None else None
+    world = gather(store.items, False, cfg, split=split).world(cfg, now, memo, carry, stamp=at, feed=feed)
     carry.at = at
     return world
 
@@ -99,24 +103,39 @@ def _same_world(scratch: World, patched: World, where: str) -> None:
     assert scratch.group_claims == patched.group_claims, where
 
 
-def _scratch(c: Cluster, cfg: AdapterConfig, now: float = NOW) -> World:
-    """The world built from scratch from a copy of the cluster's objects."""
+def _scratch(c: Cluster, cfg: AdapterConfig, now: float = NOW, w: Watched | None = None) -> World:
+    """The world built from scratch from a copy of the cluster's objects (a shard's: of what its
+    cache keeps, with the gangs it turned pods of away)."""
+    if w is not None and w.gate is not None:
+        items = {k: copy.deepcopy(w.store.items(k)) for k in list(w.store.objects)}
+        return gather(lambda k: items.get(k, []), False, cfg, split=w.gate.split()).world(cfg, now)
     objs = copy.deepcopy((c.nodes, c.pods, c.groups, c.queues))
     return build_world(*objs, cfg, now, Translations(), dra=copy.deepcopy(c.dra_objects()))
 
 
 @pytest.mark.parametrize(
-    ("seed", "profile_name", "dra"),
-    [(k, "", False) for k in range(8)]
-    + [(k, "las-exact", False) for k in range(3)]
-    + [(k, "", True) for k in range(3)],
+    ("seed", "profile_name", "dra", "sharded"),
+    [(k, "", False, False) for k in range(8)]
+    + [(k, "las-exact", False, False) for k in range(3)]
+    + [(k, "", True, False) for k in range(3)]
+    + [(k, "", False, True) for k in range(3)],
 )
-def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_name: str, dra: bool) -> None:
-    """DRA: NICs published on every node, claims allocated and deleted, pods of ours with claims."""
+def test_the_patched_world_is_the_world_built_from_scratch(
+    seed: int, profile_name: str, dra: bool, sharded: bool
+) -> None:
+    """DRA: NICs published on every node, claims allocated and deleted, pods of ours with claims.
+    Sharded: nodes and pods name pools p0, p1 or none at random (nodes are relabelled), read by the
+    shard that owns p0 and what names none, through its cache's gate."""
     rng = random.Random(1000 + seed)
-    c = Cluster(rng, nodes=rng.choice([3, 6, 10]), queues=seed % 2 == 1, dra=dra)
-    w = Watched(c)
-    cfg = AdapterConfig()
+    pools = ("p0", "p1") if sharded else ()
+    c = Cluster(rng, nodes=rng.choice([3, 6, 10]), queues=seed % 2 == 1, dra=dra, pools=pools)
+    shard = None
+    if sharded:
+        doc = {"shards": [{"name": "a", "pools": ["p0"], "default": True}, {"name": "b", "pools": ["p1"]}]}
+        every = parse_shards(doc, "shards.yaml")
+        shard = ShardOf(every, every.get("a"))
+    w = Watched(c, ShardFilter(shard, "phalanx") if shard is not None else None)
+    cfg = AdapterConfig(shard=shard)
     profile = load_profile(profile_name or cfg.profile)
     memo, carry = Translations(), Carry()
     history: list[str] = []
@@ -131,7 +150,7 @@ def test_the_patched_world_is_the_world_built_from_scratch(seed: int, profile_na
         history += ["(none)"] if quiet else [c.event() for _ in range(rng.randint(1, 4))]
         w.sync()
         patched_before = carry.patched
-        scratch = _scratch(c, cfg, now)
+        scratch = _scratch(c, cfg, now, w)
         patched = _patched(w, cfg, memo, carry, now)
         service_a.apply(scratch.snapshot, now)
         service_b.apply(patched.snapshot, now)

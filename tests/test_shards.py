@@ -222,3 +222,20 @@ def test_a_gang_placed_on_a_node_that_left_the_shard_is_not_bound() -> None:
     ex.bind_gang("default/pair", binds, Scene(), out, write_intent=True)
     ex.close()
     assert out.broken == {"default/pair": "node h2 is no longer in shard h100"} and not out.bound
+
+
+def test_a_shard_reads_nothing_of_the_pods_running_on_other_shards_nodes() -> None:
+    """They stay in its cache (a node joining the shard is read with them), but its read neither
+    parses nor keeps them: its memory follows its share of the cluster."""
+    from phalanx.k8s.read.translations import Translations
+
+    c = Cache("h100")
+    c.add("nodes", _labelled(node("h1", gpus=8), "h100"), _labelled(node("a1", gpus=8), "a100"))
+    for name, at, pool in (("here", "h1", "h100"), ("there", "a1", "a100")):
+        p = _labelled(pod(name, gpus=1, node=at), pool)
+        p["metadata"]["resourceVersion"] = "1"  # translations are kept by version
+        c.add("pods", p)
+    cfg = AdapterConfig(shard=_shard("h100"))
+    memo = Translations()
+    w = gather(c.store.items, False, cfg, split=c.gate.split()).world(cfg, NOW, memo)
+    assert set(memo.pods) == {"uid-default-here"} and set(w.snapshot.workloads) == {"default/here"}

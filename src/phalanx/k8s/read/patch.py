@@ -114,7 +114,8 @@ def remember(
     carry.index = None
     if w.snapshot is not carry.snap or merges(pod_groups):
         return
-    b = Build(cfg, 0.0, memo)
+    parsed = {n.name: n for n in w.snapshot.nodes}
+    b = Build(cfg, 0.0, memo, nodes=set(parsed) if cfg.shard is not None else None)
     seen: dict[str, Seen] = {}
     ended: dict[str, tuple[str, str]] = {}
     claimed: set[str] = set()
@@ -128,7 +129,6 @@ def remember(
         if _has_claims(obj):
             claimed.add(key)
     by_name = {str((o.get("metadata") or {}).get("name", "")): o for o in nodes}
-    parsed = {n.name: n for n in w.snapshot.nodes}
     ix = Index(seen, ended, {}, {}, {}, {}, {}, {}, {k: by_name[k] for k in parsed}, parsed, claimed=claimed)
     for name, n in parsed.items():
         if n.dra:  # made with its published devices: a change to its Node is compared without them
@@ -230,7 +230,9 @@ def patch(
     snap = w.snapshot
     if any(a.claims for i in snap.touched for a in snap.on_node[i].values()):
         return None  # the core placed claims last cycle: they are read back with their DRA objects
-    b = Build(cfg, now, memo, carry=carry, split=split or {})
+    b = Build(
+        cfg, now, memo, carry=carry, split=split or {}, nodes=ix.known if cfg.shard is not None else None
+    )
     groups = _groups(b, changes, get)
     if groups is None:
         return None

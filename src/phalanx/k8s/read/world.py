@@ -93,6 +93,8 @@ class Build:
     time_bound: bool = False  # the world read the clock: not reused as it is (`World.time_bound`)
     # a scheduling shard's gangs some of whose pods name another shard's pool: gang -> what they name
     split: dict[str, list[str]] = field(default_factory=dict)
+    # a scheduling shard's nodes: a pod bound to any other is not read at all (None: read every pod)
+    nodes: set[str] | None = None
 
     def reads_clock(self) -> None:
         """A part of the world depends on `now` (a grace, a deletion with no end, a start not known)."""
@@ -158,6 +160,8 @@ def build_world(
     if kueue is not None:
         b.contain.problems.update(kueue.problems)
     ns = _read_nodes(b, nodes, dra)
+    if cfg.shard is not None:
+        b.nodes = ns.known
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
     elsewhere: dict[str, str] = {}
     if cfg.shard is not None:  # the shard's queues; a workload naming another's is told whose it is
@@ -278,6 +282,10 @@ def classify(b: Build, obj: dict[str, Any]) -> Seen:
     """The pod object as `_read_pods` takes it in; an unreadable pod of ours is named in `b.contain`."""
     if not is_active(obj):
         return Seen()
+    if b.nodes is not None:  # a shard: what runs on another shard's nodes is nothing to it
+        at = mapping(obj.get("spec")).get("nodeName")
+        if at and at not in b.nodes:
+            return Seen()
     slot = slot_of(obj, b.cfg)
     if slot is not None:
         return Seen(slot=slot)
