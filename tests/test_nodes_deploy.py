@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e_kube import wait_for
-from nodes_kube import KitCluster, Watch, kit_cluster, phase
+from helm_chart import CHART
+from nodes_kube import KitCluster, Watch, kit_cluster, kit_values, merge, phase
 from phalanx.k8s.client.kinds import Kind
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nodes]
@@ -344,3 +346,64 @@ def test_webhook_down_ordinary_pods_are_admitted_at_once(clean: KitCluster) -> N
     finally:
         k.kubectl("scale", "deployment", "-n", k.namespace, deploy, "--replicas=2")
         wait_for("webhook back", lambda: len(k.pods(k.namespace, WEBHOOK)) == 2, timeout=60)
+
+
+def test_two_shards_by_helm_upgrade_each_places_its_pool_on_the_kubelets(clean: KitCluster) -> None:
+    """Last in this module (it changes the install): the release upgraded to two scheduling shards,
+    one for the pool of the first node and a default one; each shard's replicas run, elect their own
+    leader, and a pod of each pool runs on its pool's node."""
+    k = clean
+    first, second = (n.name for n in k.nodes[:2])
+    k.kubectl("label", "node", first, "phalanx.io/node-pool=h100", "--overwrite")
+    shards = {"shards": [{"name": "h100", "pools": ["h100"]}, {"name": "rest", "default": True}]}
+    values = merge(
+        kit_values(),
+        {
+            "scheduler": {"leaseDurationSeconds": 6},
+            "webhook": {"enabled": True},
+            "discover": {"enabled": False},
+            **shards,
+        },
+    )
+    path = k.cp.dir / "values-shards.yaml"
+    path.write_text(yaml.safe_dump(values))
+    k.helm(
+        "upgrade", k.release, str(CHART), "-n", k.namespace, "-f", str(path), "--wait", "--timeout", "180s"
+    )
+    for name in ("h100", "rest"):
+        pods = k.pods(k.namespace, f"{SCHEDULER},phalanx.io/shard={name}")
+        assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+        holder = wait_for(
+            f"{name}'s leader", lambda n=name: k.lease_holder(f"phalanx-scheduler-{n}"), timeout=60
+        )
+        assert holder in {p["metadata"]["name"] for p in pods}
+        log = k.kubectl("logs", "-n", k.namespace, holder, check=False)
+        assert f"scheduling shard {name}" in log, log[-2000:]
+    assert not k.pods(k.namespace, f"{SCHEDULER},!phalanx.io/shard")  # the single scheduler is gone
+    for name, labels in (("in-h100", {"phalanx.io/node-pool": "h100"}), ("in-rest", {})):
+        k.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {
+                    "schedulerName": "phalanx",
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": BUSYBOX,
+                            "imagePullPolicy": "Never",
+                            "command": ["true"],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                },
+            }
+        )
+    for name, node_name in (("in-h100", first), ("in-rest", second)):
+        done = k.wait(
+            f"{name} ran", lambda n=name: phase(k.kube.api.get_pod(NS, n) or {}) == "Succeeded", NS, 120
+        )
+        assert done and (k.kube.api.get_pod(NS, name) or {})["spec"]["nodeName"] == node_name
