@@ -2,9 +2,11 @@
 
 The watch cache keeps only what the shard may need (`ShardFilter.admit`, called by the store for
 every event): the nodes of its pools, the pods waiting for it, every bound pod (a pod of another
-shard or scheduler holds capacity on the node it runs on; one on a node of another pool is left out
-by the read), and every Queue (the read keeps the shard's and says where a tree is split). So a
-shard's memory and cycles follow its share of the cluster, not the whole, and no node has two owners.
+shard or scheduler holds capacity on the node it runs on; one on a node of another pool is kept
+quietly, waking no cycle, and the read skips it, so that a node joining the shard is read with
+what runs there), and every Queue (the read keeps the shard's and says where a tree is split). So
+a shard's cycles and what its read builds follow its share of the cluster (its cache still holds
+every bound pod), and no node has two owners.
 
 What cannot be placed by one shard is said, never half placed: a gang whose pods name pools of two
 shards (each shard sees only its part: the filter remembers the pods it turned away, by gang), a
