@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -201,8 +201,14 @@ class Api:
         return out
 
     # ------------------------------------------------------------------ reads
-    def list(self, kind: str | Kind, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """All objects of a kind and the list's resourceVersion (paged, as client-go does)."""
+    def list(
+        self,
+        kind: str | Kind,
+        chunk: int = 500,
+        each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All objects of a kind and the list's resourceVersion (paged, as client-go does). `each`:
+        applied to every object as its page arrives (a watch cache slims them before the next page)."""
         k = _kind(kind)
         items: list[dict[str, Any]] = []
         params: dict[str, str] = {"limit": str(chunk)}
@@ -211,7 +217,7 @@ class Api:
             for o in page.get("items") or []:
                 o.setdefault("apiVersion", k.api_version)
                 o.setdefault("kind", k.kind)
-                items.append(o)
+                items.append(each(o) if each is not None else o)
             meta = page.get("metadata") or {}
             cont = meta.get("continue")
             if not cont:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from phalanx.k8s.client.api import Api, Forbidden, Gone, NotFound
@@ -59,9 +60,16 @@ class Admitted(NamedTuple):
 Admit = Callable[[str, str, dict[str, Any]], Admitted]
 
 
+# What the store does to each object as it comes in (it may leave out what no reader reads)
+Transform = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
 class Store:
-    def __init__(self, feed: int = 200_000, admit: Admit | None = None) -> None:
+    def __init__(
+        self, feed: int = 200_000, admit: Admit | None = None, transform: Transform | None = None
+    ) -> None:
         self.admit = admit
+        self.transform = transform
         self.lock = threading.Lock()
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
         self.synced: set[str] = set()
@@ -76,6 +84,8 @@ class Store:
         self.feed.append((self.generation, kind, key))
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        if self.transform is not None:
+            items = [self.transform(kind, o) for o in items]
         if self.admit is not None:
             items = [o for o in items if self._admitted(kind, "ADDED", o).keep]
         with self.lock:
@@ -94,6 +104,8 @@ class Store:
         self.changed.set()
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        if self.transform is not None:
+            obj = self.transform(kind, obj)
         key = object_key(obj)
         gate = Admitted(True)
         if self.admit is not None:  # told of deletions too (what it remembers of the object goes)
@@ -187,7 +199,10 @@ class Informer(threading.Thread):
         while not self.stop.is_set():
             try:
                 if not self.resource_version:
-                    items, rv = self.api.list(self.kind)
+                    slim = self.store.transform
+                    items, rv = self.api.list(
+                        self.kind, each=partial(slim, key) if slim is not None else None
+                    )
                     self.store.replace(key, items)
                     self.resource_version = rv
                 for event, obj in self.api.watch(self.kind, self.resource_version, self.watch_timeout_s):
@@ -316,4 +331,14 @@ class Informers(threading.Thread):
         return self.synced()
 
 
-__all__ = ["EVERY", "Admit", "Admitted", "Changes", "Informer", "Informers", "Store", "object_key"]
+__all__ = [
+    "EVERY",
+    "Admit",
+    "Admitted",
+    "Changes",
+    "Informer",
+    "Informers",
+    "Store",
+    "Transform",
+    "object_key",
+]

@@ -47,6 +47,7 @@ from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.patch import Feed
 from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.translations import Translations
+from phalanx.k8s.read.unread import unread_left_out
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board
 from phalanx.k8s.view.server import Metrics
@@ -98,7 +99,9 @@ class Scheduler:
         self.repeats = RepeatMemory()
         # a scheduling shard keeps only its pools' nodes and waiting pods (phalanx.k8s.read.shard)
         self.shard = ShardFilter(cfg.shard, cfg.scheduler_name) if cfg.shard is not None else None
-        self.store = Store(admit=self.shard.admit if self.shard is not None else None)
+        self.store = Store(
+            admit=self.shard.admit if self.shard is not None else None, transform=unread_left_out
+        )
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
         if self.shard is not None:

@@ -37,6 +37,7 @@ from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.translations import Translations
+from phalanx.k8s.read.unread import unread_left_out
 from phalanx.k8s.read.world import World
 from phalanx.k8s.view.board import Board, Visible, _shown
 from phalanx.k8s.view.server import Metrics
@@ -58,7 +59,7 @@ class ShadowStore(Store):
     """The watch cache, remembering which pods of the watched scheduler it saw waiting."""
 
     def __init__(self, scheduler_name: str) -> None:
-        super().__init__()
+        super().__init__(transform=unread_left_out)
         self.scheduler_name = scheduler_name
         self.seen_waiting: set[str] = set()  # pod uids
 

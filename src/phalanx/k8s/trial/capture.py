@@ -26,11 +26,10 @@ from phalanx.k8s.client.api import Api, ApiError
 from phalanx.k8s.client.kinds import JOBS, WATCHED, Kind
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.gather import Gathered, gather
+from phalanx.k8s.read.unread import unread_left_out
 
 API_VERSION = "phalanx.io/v1alpha1"
 KIND = "Capture"
-_DROP_NOTES = ("kubectl.kubernetes.io/last-applied-configuration",)
-_DROP_CONTAINER = ("command", "args", "env", "envFrom")
 
 
 @dataclass
@@ -67,25 +66,6 @@ class Capture:
             "problems": [{"object": k, "why": w} for k, w in sorted(self.problems.items())],
             "objects": {k: self.objects[k] for k in sorted(self.objects)},
         }
-
-
-def _clean(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without what no cycle reads (and what may hold secrets)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        notes = meta.get("annotations")
-        if isinstance(notes, dict):
-            for k in _DROP_NOTES:
-                notes.pop(k, None)
-    spec = obj.get("spec")
-    if obj.get("kind") == "Pod" and isinstance(spec, dict):
-        for key in ("containers", "initContainers"):
-            for c in spec.get(key) or []:
-                if isinstance(c, dict):
-                    for k in _DROP_CONTAINER:
-                        c.pop(k, None)
-    return obj
 
 
 def _why(e: Exception) -> str:
@@ -125,7 +105,7 @@ def read(api: Api, kinds: tuple[Kind, ...] = WATCHED, now: float | None = None) 
         except Exception as e:
             unreadable[k.key] = _why(e)
             continue
-        objects[k.key] = [_clean(o) for o in items]
+        objects[k.key] = [unread_left_out(k.key, o) for o in items]
     version = ""
     try:
         v = api.request("GET", "/version") or {}
