@@ -160,11 +160,10 @@ def build_world(
     if kueue is not None:
         b.contain.problems.update(kueue.problems)
     ns = _read_nodes(b, nodes, dra)
-    if cfg.shard is not None:
-        b.nodes = ns.known
     migrated = kueue.queue_specs if kueue is not None and kueue.mode == "migrate" else []
     elsewhere: dict[str, str] = {}
-    if cfg.shard is not None:  # the shard's queues; a workload naming another's is told whose it is
+    if cfg.shard is not None:  # its nodes' pods and its queues; a workload naming another's is told whose
+        b.nodes = ns.known
         queues, elsewhere = shard_queues(queues, cfg.shard)
     tree, queue_problems = build_tree(queues, cfg.default_queue, migrated)
     queue_problems |= elsewhere
