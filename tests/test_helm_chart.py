@@ -173,6 +173,16 @@ def test_every_switch_adds_its_component():
         ({"webhook": {"certificate": {"mode": "vault"}}}, "webhook.certificate.mode must be"),
         ({"webhook": {"certificate": {"mode": "provided"}}}, "needs webhook.certificate.secretName"),
         ({"queues": [{"spec": {}}]}, "needs a name"),
+        (
+            {"shards": [{"name": "a", "pools": ["x"]}, {"name": "b", "pools": ["y", "x"]}]},
+            'shards: pool "x" is in shards "a" and "b": a node has one owner',
+        ),
+        (
+            {"shards": [{"name": "a", "default": True}, {"name": "b", "default": True}]},
+            "a, b are all default",
+        ),
+        ({"shards": [{"name": "A_1", "pools": ["x"]}]}, "shards[0].name must be a DNS label"),
+        ({"shards": [{"name": "a"}]}, "shards[0] (a) owns nothing"),
     ],
 )
 def test_values_that_cannot_work_stop_the_render(values, message, tmp_path):
