@@ -231,7 +231,7 @@ def status(
         bool,
         typer.Option("--insecure-skip-tls-verify", help="With --shadow: accept a self-made certificate."),
     ] = False,
-    shards: opt.ShardsFile = None,
+    shards: opt.StatusShards = None,
 ) -> None:
     """Queues, which GPU holds which pods, fractions or slices, gangs with their phase and members
     (running, ended, waiting), and pending workloads with the reason the scheduler gives (naming

@@ -199,3 +199,11 @@ ShardsFile = Annotated[
     ),
 ]
 ShardName = Annotated[str, typer.Option(help="With --shards: the shard this process is.")]
+StatusShards = Annotated[
+    Path | None,
+    typer.Option(
+        "--shards",
+        help="A scheduling shards file: show every shard (a table of them, then each one's tables) as "
+        "its scheduler reads the cluster.",
+    ),
+]
