@@ -124,6 +124,16 @@ def test_two_shards_from_the_chart_bind_only_their_pools_and_one_dying_leaves_th
         assert lease is not None and lease["spec"]["holderIdentity"] == "rest-0"  # not taken over by h100
         bound = {n: kube.node_of(n) for n in ("h-0", "h-1", "h-2", "h-late", "r-0", "r-1")}
         assert {n for n, at in bound.items() if at == "h1"} == {"h-0", "h-1", "h-2", "h-late"}
+
+        # r1 joins h100 (relabelled) with the rest's two pods still on it: h100 counts their GPUs
+        kube.create(_pooled(pod("h-four", gpus=4), "h100"))  # h1 full
+        wait_for("h-four on h1", lambda: kube.node_of("h-four") == "h1", timeout=30)
+        kube.api.patch("nodes", "r1", None, {"metadata": {"labels": {"phalanx.io/node-pool": "h100"}}})
+        kube.create(_pooled(pod("h-two", gpus=2), "h100"))
+        wait_for("h-two on r1, which joined h100", lambda: kube.node_of("h-two") == "r1", timeout=30)
+        kube.create(_pooled(pod("h-five", gpus=5), "h100"))  # 4 free on r1 with r-0, r-1; 6 without
+        wait_for("why h-five waits", lambda: bool(kube.events("h-five")), timeout=30)
+        assert not kube.node_of("h-five"), _events(kube, "h-five")
     finally:
         outs = {}
         for name, p in procs.items():

@@ -46,12 +46,15 @@ class Watched:
     def __init__(self, c: Cluster, gate: ShardFilter | None = None) -> None:
         self.c = c
         self.gate = gate  # a scheduling shard's cache: only what the shard keeps
-        self.store = Store(admit=gate.admit if gate is not None else None)
+        self.store = Store(gate=gate)
         self.last: dict[tuple[str, str], str] = {}
+        if gate is not None:  # a joining node's pods are listed from the cluster as it is now
+            gate.pods_on = lambda n: [copy.deepcopy(p) for p in c.pods if p["spec"].get("nodeName") == n]
+            for kind, _ in self.kinds():  # the first lists: empty, the pods after the nodes
+                self.store.replace(kind, [])
 
-    def sync(self) -> None:
-        now: dict[tuple[str, str], dict[str, Any]] = {}
-        for kind, objs in (
+    def kinds(self) -> tuple[tuple[str, list[dict[str, Any]]], ...]:
+        return (
             ("nodes", self.c.nodes),
             ("pods", self.c.pods),
             (OUR_POD_GROUPS.key, self.c.groups),
@@ -59,7 +62,11 @@ class Watched:
             (DEVICE_CLASSES.key, self.c.classes),
             (RESOURCE_SLICES.key, self.c.slices),
             (RESOURCE_CLAIMS.key, self.c.claims),
-        ):
+        )
+
+    def sync(self) -> None:
+        now: dict[tuple[str, str], dict[str, Any]] = {}
+        for kind, objs in self.kinds():
             for o in objs:
                 now[(kind, object_key(o))] = o
         for (kind, key), o in now.items():
@@ -104,11 +111,17 @@ def _same_world(scratch: World, patched: World, where: str) -> None:
 
 
 def _scratch(c: Cluster, cfg: AdapterConfig, now: float = NOW, w: Watched | None = None) -> World:
-    """The world built from scratch from a copy of the cluster's objects (a shard's: of what its
-    cache keeps, with the gangs it turned pods of away)."""
+    """The world built from scratch from a copy of the cluster's objects (a shard's: listed afresh
+    through a new gate, as its scheduler does at start; its cache, kept by events, must agree)."""
     if w is not None and w.gate is not None:
-        items = {k: copy.deepcopy(w.store.items(k)) for k in list(w.store.objects)}
-        return gather(lambda k: items.get(k, []), False, cfg, split=w.gate.split()).world(cfg, now)
+        fresh = ShardFilter(w.gate.shard, w.gate.scheduler_name)
+        store = Store(gate=fresh)
+        for kind, objs in w.kinds():
+            store.replace(kind, copy.deepcopy(objs))
+        for kind in w.store.objects:
+            assert {object_key(o) for o in store.items(kind)} == set(w.store.table(kind)), kind
+        assert fresh.split() == w.gate.split()
+        return gather(store.items, False, cfg, split=fresh.split()).world(cfg, now)
     objs = copy.deepcopy((c.nodes, c.pods, c.groups, c.queues))
     return build_world(*objs, cfg, now, Translations(), dra=copy.deepcopy(c.dra_objects()))
 

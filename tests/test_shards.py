@@ -1,7 +1,8 @@
 """Scheduling shards (issue 35): the shards file, what a shard's watch cache keeps, and its read.
 
-Each shard sees only its pools' nodes, the pods waiting for it and every bound pod; a pod of
-another shard running on a node is capacity held there, never a workload of this one. What one
+Each shard sees only its pools' nodes, the pods waiting for it and the pods bound to its nodes (a
+node that joins is read with the pods already on it); a pod of another shard running on a node of
+this one is capacity held there, never a workload of this one. What one
 shard cannot place whole (a gang or a queue tree across shards, a pool no shard owns) is said.
 """
 
@@ -92,39 +93,102 @@ def test_the_scheduler_refuses_an_overlap_at_start_with_one_line_and_exit_2(tmp_
 
 
 class Cache:
-    """A shard's watch cache: a real Store behind the shard's gate, fed events as an informer does."""
+    """A shard's watch cache: a real Store behind the shard's gate, fed events as an informer does;
+    `cluster` is what the API server holds now (a joining node's pods are listed from it)."""
 
     def __init__(self, shard: str) -> None:
-        self.gate = ShardFilter(_shard(shard), "phalanx")
-        self.store = Store(admit=self.gate.admit)
+        self.cluster: dict[str, dict[str, Any]] = {}
+        self.failing = False
+        self.gate = ShardFilter(_shard(shard), "phalanx", pods_on=self.pods_on)
+        self.store = Store(gate=self.gate)
+        for kind in ("nodes", "pods"):  # listed once, empty, the pods after the nodes
+            self.store.replace(kind, [])
+
+    def pods_on(self, node_name: str) -> list[dict[str, Any]]:
+        if self.failing:
+            raise ConnectionError("connection refused")
+        return [copy.deepcopy(p) for p in self.cluster.values() if p["spec"].get("nodeName") == node_name]
 
     def add(self, kind: str, *objs: dict[str, Any]) -> None:
         for o in objs:
+            if kind == "pods":
+                self.cluster[o["metadata"]["name"]] = o
             self.store.apply(kind, "ADDED", copy.deepcopy(o))
 
     def world(self, cfg: AdapterConfig) -> Any:
         return gather(self.store.items, False, cfg, split=self.gate.split()).world(cfg, NOW)
 
 
-def test_a_shard_keeps_its_nodes_the_pods_waiting_for_it_and_every_bound_pod() -> None:
+def _names(c: Cache, kind: str) -> set[str]:
+    return {o["metadata"]["name"] for o in c.store.items(kind)}
+
+
+def test_a_shard_keeps_its_nodes_the_pods_waiting_for_it_and_the_pods_on_its_nodes() -> None:
     c = Cache("h100")
     c.add("nodes", _labelled(node("h1", gpus=8), "h100"), _labelled(node("a1", gpus=8), "a100"), node("x1"))
     mine = _labelled(pod("mine", gpus=1), "h100")
     theirs = _labelled(pod("theirs", gpus=1), "a100")
+    running_here = _labelled(pod("running-here", gpus=1, node="h1"), "a100")
     running_there = _labelled(pod("running-there", gpus=1, node="a1"), "a100")
     foreign_waiting = pod("foreign-waiting", scheduler="default-scheduler")
-    c.add("pods", mine, theirs, running_there, foreign_waiting)
-    assert {o["metadata"]["name"] for o in c.store.items("nodes")} == {"h1"}
-    assert {o["metadata"]["name"] for o in c.store.items("pods")} == {"mine", "running-there"}
-    before = c.store.generation
-    c.store.apply("nodes", "MODIFIED", _labelled(node("h1", gpus=8), "a100"))  # relabelled away
-    assert c.store.items("nodes") == [] and c.store.changes(before) == {"nodes": {"h1"}}
+    c.add("pods", mine, theirs, running_here, running_there, foreign_waiting)
+    assert _names(c, "nodes") == {"h1"}
+    assert _names(c, "pods") == {"mine", "running-here"}
     c.store.changed.clear()
     before = c.store.generation
     c.store.apply("pods", "MODIFIED", _labelled(pod("theirs", gpus=1), "a100"))  # never kept: no change
     c.store.apply("pods", "MODIFIED", _labelled(pod("running-there", gpus=2, node="a1"), "a100"))
-    assert c.store.changes(before) == {} and not c.store.changed.is_set()  # kept, but wakes no cycle
-    assert c.store.get("pods", "default/running-there")["spec"]["nodeName"] == "a1"
+    assert c.store.changes(before) == {} and not c.store.changed.is_set()
+    before = c.store.generation
+    c.store.apply("nodes", "MODIFIED", _labelled(node("h1", gpus=8), "a100"))  # relabelled away
+    assert c.store.items("nodes") == [] and _names(c, "pods") == {"mine"}  # its pods go with it
+    assert c.store.changes(before) == {"nodes": {"h1"}, "pods": {"default/running-here"}}
+
+
+def test_a_node_that_joins_is_kept_only_with_the_pods_already_on_it() -> None:
+    """Relabelled into the shard, a node brings what runs there (listed from the API server), never
+    a pod deleted while that list was in flight; a node whose pods cannot be read is not used yet."""
+    c = Cache("h100")
+    c.add("nodes", _labelled(node("a1", gpus=8), "a100"))
+    c.add(
+        "pods",
+        _labelled(pod("busy", gpus=6, node="a1"), "a100"),
+        _labelled(pod("gone", gpus=1, node="a1"), "a100"),
+    )
+    assert _names(c, "pods") == set()  # on another shard's node: not kept
+    c.failing = True
+    c.store.apply("nodes", "MODIFIED", _labelled(node("a1", gpus=8), "h100"))
+    assert c.store.items("nodes") == [] and c.gate.nodes == set()  # not used before its pods are read
+    c.failing = False
+
+    def deleted_while_listed(node_name: str) -> list[dict[str, Any]]:
+        listed = c.pods_on(node_name)  # the list's answer still has "gone"; its deletion arrives now
+        c.store.apply("pods", "DELETED", copy.deepcopy(c.cluster.pop("gone")))
+        return listed
+
+    c.gate.pods_on = deleted_while_listed
+    before = c.store.generation
+    c.store.apply("nodes", "MODIFIED", _labelled(node("a1", gpus=8), "h100"))
+    assert _names(c, "nodes") == {"a1"} and _names(c, "pods") == {"busy"}
+    assert c.store.changes(before) == {"nodes": {"a1"}, "pods": {"default/busy"}}
+    c.add("pods", _labelled(pod("wants-4", gpus=4), "h100"))
+    w = c.world(AdapterConfig(shard=_shard("h100")))
+    c0 = w.snapshot.cluster
+    assert set(w.snapshot.workloads) == {"default/wants-4"}
+    assert int((c0.gpu_milli_free[0, : int(c0.gpu_count[0])] >= 1000).sum()) == 2
+
+
+def test_the_pods_list_after_the_nodes_and_a_relist_drops_nodes_gone_with_their_pods() -> None:
+    c = Cache("h100")
+    assert c.gate.lists_after("pods") == "nodes" and c.gate.lists_after("nodes") is None
+    c.add("nodes", _labelled(node("h1", gpus=8), "h100"), _labelled(node("h2", gpus=8), "h100"))
+    c.add(
+        "pods",
+        _labelled(pod("on-h1", gpus=1, node="h1"), "h100"),
+        _labelled(pod("on-h2", gpus=1, node="h2"), "h100"),
+    )
+    c.store.replace("nodes", [_labelled(node("h1", gpus=8), "h100")])  # h2 deleted while the watch was down
+    assert c.gate.nodes == {"h1"} and _names(c, "pods") == {"on-h1"}
 
 
 def test_another_shards_pod_on_a_node_of_this_one_holds_capacity_and_is_never_its_workload() -> None:
@@ -225,8 +289,7 @@ def test_a_gang_placed_on_a_node_that_left_the_shard_is_not_bound() -> None:
 
 
 def test_a_shard_reads_nothing_of_the_pods_running_on_other_shards_nodes() -> None:
-    """They stay in its cache (a node joining the shard is read with them), but its read neither
-    parses nor keeps them: its memory follows its share of the cluster."""
+    """Neither its cache nor its read keeps them: its memory follows its share of the cluster."""
     from phalanx.k8s.read.translations import Translations
 
     c = Cache("h100")
@@ -235,6 +298,7 @@ def test_a_shard_reads_nothing_of_the_pods_running_on_other_shards_nodes() -> No
         p = _labelled(pod(name, gpus=1, node=at), pool)
         p["metadata"]["resourceVersion"] = "1"  # translations are kept by version
         c.add("pods", p)
+    assert _names(c, "pods") == {"here"}
     cfg = AdapterConfig(shard=_shard("h100"))
     memo = Translations()
     w = gather(c.store.items, False, cfg, split=c.gate.split()).world(cfg, NOW, memo)

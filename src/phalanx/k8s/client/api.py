@@ -206,12 +206,15 @@ class Api:
         kind: str | Kind,
         chunk: int = 500,
         each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        field_selector: str = "",
     ) -> tuple[list[dict[str, Any]], str]:
         """All objects of a kind and the list's resourceVersion (paged, as client-go does). `each`:
-        applied to every object as its page arrives (a watch cache slims them before the next page)."""
+        applied to every object as its page arrives (a watch cache slims them before the next page);
+        `field_selector`: only those it picks (`spec.nodeName=n1`: the pods on one node)."""
         k = _kind(kind)
         items: list[dict[str, Any]] = []
-        params: dict[str, str] = {"limit": str(chunk)}
+        picked = {"fieldSelector": field_selector} if field_selector else {}
+        params: dict[str, str] = {"limit": str(chunk), **picked}
         while True:
             page = self.request("GET", k.path(), params=params) or {}
             for o in page.get("items") or []:
@@ -222,7 +225,7 @@ class Api:
             cont = meta.get("continue")
             if not cont:
                 return items, str(meta.get("resourceVersion") or "")
-            params = {"limit": str(chunk), "continue": str(cont)}
+            params = {"limit": str(chunk), "continue": str(cont), **picked}
 
     def watch(
         self, kind: str | Kind, resource_version: str, timeout_s: int = 300

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from phalanx.k8s.client.api import Api, Forbidden, Gone, NotFound
 from phalanx.k8s.client.kinds import Kind
@@ -53,11 +53,22 @@ class Admitted(NamedTuple):
 
     keep: bool  # the object is kept (else dropped, or never taken)
     also: tuple[str, str] | None = None  # another change to note beside it: (kind, key)
-    # kept, but no reader's cycle depends on it: no feed entry, no wake-up (a full read still sees it)
-    quiet: bool = False
 
 
-Admit = Callable[[str, str, dict[str, Any]], Admitted]
+class Gate(Protocol):
+    """What a store keeps (a scheduling shard keeps only its share of the cluster)."""
+
+    def attached(self, store: Store) -> None:
+        """The store it guards (a gate may add to it, or forget from it, as what it keeps moves)."""
+
+    def admit(self, kind: str, event: str, obj: dict[str, Any]) -> Admitted:
+        """Whether the store keeps the object (told of deletions too)."""
+
+    def relisted(self, kind: str, keys: set[str]) -> None:
+        """The kind was listed again and these are the keys kept."""
+
+    def lists_after(self, kind: str) -> str | None:
+        """A kind whose first list must be in before this one lists (its admits depend on it)."""
 
 
 # What the store does to each object as it comes in (it may leave out what no reader reads)
@@ -66,9 +77,9 @@ Transform = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 class Store:
     def __init__(
-        self, feed: int = 200_000, admit: Admit | None = None, transform: Transform | None = None
+        self, feed: int = 200_000, gate: Gate | None = None, transform: Transform | None = None
     ) -> None:
-        self.admit = admit
+        self.gate = gate
         self.transform = transform
         self.lock = threading.Lock()
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
@@ -78,6 +89,8 @@ class Store:
         self.generation = 0  # bumped by every change: lets readers skip work when nothing moved
         # (generation, kind, key) of the last `feed` changes: what a reader missed since it last looked
         self.feed: deque[tuple[int, str, str]] = deque(maxlen=feed)
+        if gate is not None:
+            gate.attached(self)
 
     def _moved(self, kind: str, key: str) -> None:
         self.generation += 1
@@ -86,14 +99,44 @@ class Store:
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         if self.transform is not None:
             items = [self.transform(kind, o) for o in items]
-        if self.admit is not None:
+        if self.gate is not None:
             items = [o for o in items if self._admitted(kind, "ADDED", o).keep]
+        table = {object_key(o): o for o in items}
         with self.lock:
-            self.objects[kind] = {object_key(o): o for o in items}
+            self.objects[kind] = table
             self.synced.add(kind)
             self.relists += 1
             self._moved(kind, EVERY)
+        if self.gate is not None:
+            self.gate.relisted(kind, set(table))
         self.changed.set()
+
+    def adopt(self, kind: str, objs: list[dict[str, Any]], fresh: Callable[[str], bool]) -> None:
+        """Objects read outside the watch (a gate's own list): each kept unless the store already
+        holds it (a watch event since is as new) or `fresh(key)` says it was deleted meanwhile.
+        Checked under the store's lock, so that a deletion seen after the check removes it again."""
+        if self.transform is not None:
+            objs = [self.transform(kind, o) for o in objs]
+        with self.lock:
+            table = self.objects.setdefault(kind, {})
+            for o in objs:
+                key = object_key(o)
+                if key not in table and fresh(key):
+                    table[key] = o
+                    self._moved(kind, key)
+        if objs:
+            self.changed.set()
+
+    def forget(self, kind: str, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Drop the objects `which` picks (a gate no longer keeps them), each noted as a change."""
+        with self.lock:
+            table = self.objects.get(kind, {})
+            gone = [k for k, o in table.items() if which(o)]
+            for k in gone:
+                del table[k]
+                self._moved(kind, k)
+        if gone:
+            self.changed.set()
 
     def drop(self, kind: str) -> None:
         """The kind is no longer served: forget its objects."""
@@ -108,23 +151,21 @@ class Store:
             obj = self.transform(kind, obj)
         key = object_key(obj)
         gate = Admitted(True)
-        if self.admit is not None:  # told of deletions too (what it remembers of the object goes)
+        if self.gate is not None:  # told of deletions too (what it remembers of the object goes)
             gate = self._admitted(kind, event, obj)
         with self.lock:
             table = self.objects.setdefault(kind, {})
             if gate.keep and event != "DELETED":
                 table[key] = obj
-            elif table.pop(key, None) is None and self.admit is not None:
+            elif table.pop(key, None) is None and self.gate is not None:
                 return  # not kept before either: nothing a reader has seen moved
-            if gate.quiet:
-                return
             self._moved(kind, key)
         self.changed.set()
 
     def _admitted(self, kind: str, event: str, obj: dict[str, Any]) -> Admitted:
         """The shard's gate; a change it reports beside the object is noted in the feed."""
-        assert self.admit is not None
-        gate = self.admit(kind, event, obj)
+        assert self.gate is not None
+        gate = self.gate.admit(kind, event, obj)
         if gate.also is not None:
             with self.lock:
                 self._moved(*gate.also)
@@ -199,6 +240,7 @@ class Informer(threading.Thread):
         while not self.stop.is_set():
             try:
                 if not self.resource_version:
+                    self._wait_for_first()
                     slim = self.store.transform
                     items, rv = self.api.list(
                         self.kind, each=partial(slim, key) if slim is not None else None
@@ -232,6 +274,13 @@ class Informer(threading.Thread):
             except Exception as e:  # a dropped connection, a 5xx, a timeout: resume after a pause
                 self._failed(e, delay)
                 delay = min(delay * 2, 30.0)
+
+    def _wait_for_first(self) -> None:
+        """A gate that keeps this kind's objects by another kind's (a shard keeps the pods on its
+        nodes) needs that kind listed first."""
+        first = self.store.gate.lists_after(self.kind.key) if self.store.gate is not None else None
+        while first is not None and not self.store.is_synced((first,)) and not self.stop.is_set():
+            self.stop.wait(0.05)
 
     def _failed(self, e: Exception, delay: float) -> None:
         if self.stop.is_set():
@@ -333,9 +382,9 @@ class Informers(threading.Thread):
 
 __all__ = [
     "EVERY",
-    "Admit",
     "Admitted",
     "Changes",
+    "Gate",
     "Informer",
     "Informers",
     "Store",

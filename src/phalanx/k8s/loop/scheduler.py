@@ -45,7 +45,7 @@ from phalanx.k8s.read.contain import label
 from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.patch import Feed
-from phalanx.k8s.read.shard import ShardFilter
+from phalanx.k8s.read.shard import ShardFilter, pods_on_node
 from phalanx.k8s.read.translations import Translations
 from phalanx.k8s.read.unread import unread_left_out
 from phalanx.k8s.read.world import World
@@ -98,10 +98,12 @@ class Scheduler:
         # saved with the attained service (phalanx.k8s.loop.repeat_memory)
         self.repeats = RepeatMemory()
         # a scheduling shard keeps only its pools' nodes and waiting pods (phalanx.k8s.read.shard)
-        self.shard = ShardFilter(cfg.shard, cfg.scheduler_name) if cfg.shard is not None else None
-        self.store = Store(
-            admit=self.shard.admit if self.shard is not None else None, transform=unread_left_out
+        self.shard = (
+            ShardFilter(cfg.shard, cfg.scheduler_name, pods_on=pods_on_node(api))
+            if cfg.shard is not None
+            else None
         )
+        self.store = Store(gate=self.shard, transform=unread_left_out)
         self.stop_event = threading.Event()
         self.executor = executor or Executor(api, workers=cfg.bind_workers)
         if self.shard is not None:

@@ -77,9 +77,9 @@ def shard_worlds(api: Api, cfg: AdapterConfig, shards: Shards) -> list[tuple[Sha
     for me in shards.shards:
         view = ShardOf(shards, me)
         gate = ShardFilter(view, cfg.scheduler_name)
-        store = Store(admit=gate.admit)
-        for kind, objs in c.objects.items():
-            store.replace(kind, objs)
+        store = Store(gate=gate)
+        for kind, objs in sorted(c.objects.items(), key=lambda ko: gate.lists_after(ko[0]) is not None):
+            store.replace(kind, objs)  # the pods after the nodes, as an informer lists them
         mine = replace(cfg, shard=view)
         world = gather(store.items, JOBS.key in c.served, mine, split=gate.split()).world(mine, c.time)
         world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
