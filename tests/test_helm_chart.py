@@ -165,6 +165,25 @@ def test_every_switch_adds_its_component():
     assert not component(render({"discover": {"enabled": False}}), "node-discover")
 
 
+def test_shards_render_one_scheduler_each_and_the_file_the_twin_reads_with_their_profiles():
+    from phalanx.spec.shards import parse_shards
+
+    docs = render(
+        {"shards": [{"name": "h100", "pools": ["h100"], "profile": "fgd"}, {"name": "rest", "default": True}]}
+    )
+    every = parse_shards(
+        yaml.safe_load(find(docs, "ConfigMap", "phalanx-shards")["data"]["shards.yaml"]), "cm"
+    )
+    assert [(s.name, s.pools, s.default, s.profile) for s in every.shards] == [
+        ("h100", ("h100",), False, "fgd"),
+        ("rest", (), True, ""),
+    ]
+    h100 = container(docs, "Deployment", "phalanx-scheduler-h100")["args"]
+    rest = container(docs, "Deployment", "phalanx-scheduler-rest")["args"]
+    assert "--shard=h100" in h100 and "--profile=fgd" in h100
+    assert "--shard=rest" in rest and "--profile=fgd" not in rest
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [

@@ -303,3 +303,43 @@ def test_a_shard_reads_nothing_of_the_pods_running_on_other_shards_nodes() -> No
     memo = Translations()
     w = gather(c.store.items, False, cfg, split=c.gate.split()).world(cfg, NOW, memo)
     assert set(memo.pods) == {"uid-default-here"} and set(w.snapshot.workloads) == {"default/here"}
+
+
+def test_the_twin_tries_a_split_on_a_captured_cluster_each_shard_with_its_own_profile(tmp_path: Path) -> None:
+    """`phalanx schedule --capture FILE --shards FILE`: what each shard would do with its share. An
+    8-GPU pod of pool h100 fits the cluster whole (r1 is free) but not shard h100 (h1 has 6 free)."""
+    import json
+
+    from phalanx.k8s.trial import capture as cap
+
+    nodes = [_labelled(node("h1", gpus=8), "h100"), node("r1", gpus=8)]
+    pods = [
+        pod("running", gpus=2, node="h1", scheduler="default-scheduler"),
+        _labelled(pod("big", gpus=8, scheduler="default-scheduler"), "h100"),
+        pod("small", gpus=2, scheduler="default-scheduler"),
+    ]
+    path = tmp_path / "capture.json"
+    cap.write(cap.Capture({"nodes": nodes, "pods": pods}, NOW, ["nodes", "pods"]), path)
+    split = tmp_path / "shards.yaml"
+    split.write_text(
+        "shards:\n  - {name: h100, pools: [h100], profile: fgd}\n  - {name: rest, default: true}\n"
+    )
+    whole = CliRunner().invoke(app, ["schedule", "--capture", str(path), "--json"])
+    assert whole.exit_code == 0, whole.output
+    assert {b["task"]: b["node"] for b in json.loads(whole.output)["binds"]} == {
+        "default/big": "r1",
+        "default/small": "h1",
+    }
+    r = CliRunner().invoke(app, ["schedule", "--capture", str(path), "--shards", str(split), "--json"])
+    assert r.exit_code == 0, r.output
+    by = {s["shard"]: s for s in json.loads(r.output)["shards"]}
+    assert by["h100"]["profile"] == "fgd" and by["rest"]["profile"] == "phalanx"
+    assert by["h100"]["binds"] == [] and [p["workload"] for p in by["h100"]["pending"]] == ["default/big"]
+    assert {b["task"]: b["node"] for b in by["rest"]["binds"]} == {"default/small": "r1"}
+    assert by["h100"]["placed_pods"] == {"default/running": "h1"} and by["rest"]["placed_pods"] == {}
+    shown = CliRunner().invoke(
+        app, ["schedule", "--capture", str(path), "--shards", str(split)], env={"COLUMNS": "200"}
+    )
+    assert shown.exit_code == 0 and "Shard h100 (h100)" in shown.output and "Shard rest" in shown.output
+    bad = CliRunner().invoke(app, ["schedule", "--shards", str(split)])
+    assert bad.exit_code == 2 and "give --capture too" in bad.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,7 @@ from phalanx.k8s.trial import capture as cap
 from phalanx.k8s.trial.redact import redact as redact_capture
 from phalanx.k8s.trial.replay import Comparison, compare
 from phalanx.profiles import load_profile
+from phalanx.spec.shards import ShardOf, load_shards
 
 
 def capture(
@@ -76,11 +78,15 @@ def replay_capture(
     topology_levels: str | None,
     kueue: str,
     as_json: bool,
+    shards: Path | None = None,
 ) -> None:
-    """`phalanx schedule --capture FILE`: one cycle on the captured cluster, beside what its scheduler did."""
+    """`phalanx schedule --capture FILE`: one cycle on the captured cluster, beside what its scheduler
+    did; with `--shards`, one cycle per shard, each on its share with its own profile (a split tried
+    on the cluster as it is before it is made)."""
     with user_errors():
         if kueue not in ("auto", "coexist", "migrate", "off"):
             raise SpecError("--kueue", f"must be auto, coexist, migrate or off, got {kueue!r}")
+        every = load_shards(shards) if shards is not None else None
         c = cap.load(path)
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
@@ -88,25 +94,40 @@ def replay_capture(
             levels=parse_levels(topology_levels) if topology_levels else DEFAULT_LEVELS,
             kueue=kueue,
         )
-        result = compare(c, cfg, load_profile(profile))
+        if every is None:
+            results = [("", compare(c, cfg, load_profile(profile)))]
+        else:
+            results = []
+            for me in every.shards:
+                mine = replace(cfg, shard=ShardOf(every, me), profile=me.profile or profile)
+                results.append((me.said(), compare(c, mine, load_profile(mine.profile))))
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        if every is None:
+            typer.echo(json.dumps(results[0][1].to_dict(), indent=2))
+        else:
+            out = [{"shard": said.split(" ", 1)[0], **r.to_dict()} for said, r in results]
+            typer.echo(json.dumps({"shards": out}, indent=2))
         return
-    _print(result, c)
+    for said, r in results:
+        _print(r, c, said)
 
 
-def _print(r: Comparison, c: cap.Capture) -> None:
+def _print(r: Comparison, c: cap.Capture, shard: str = "") -> None:
     console = Console()
     waiting = [row for row in r.rows if row.current.startswith("waits")]
     console.print(
-        f"Capture of {c.source or 'a cluster'} ({c.server or 'unknown version'}"
+        (f"Shard {shard}, " if shard else "")
+        + f"Capture of {c.source or 'a cluster'} ({c.server or 'unknown version'}"
         f"{', redacted' if c.redacted else ''}): {r.placed} pod(s) of {r.scheduler} placed, "
         f"{len(waiting)} waiting. Phalanx ({r.profile}) would bind {len(r.result.binds)}, evict "
         f"{len(r.result.evictions)}.",
         highlight=False,
     )
     if r.rows:
-        t = Table(title=f"What {r.scheduler} did, and what Phalanx would do now")
+        t = Table(
+            title=f"What {r.scheduler} did, and what Phalanx would do now"
+            + (f" (shard {shard})" if shard else "")
+        )
         for col in ("pod", "workload"):
             name_column(t, col)
         for col in (r.scheduler, "Phalanx", "forecast"):

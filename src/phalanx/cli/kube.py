@@ -44,7 +44,7 @@ def scheduler(
     kubeconfig: opt.Kubeconfig = None,
     in_cluster: opt.InCluster = False,
     scheduler_name: opt.SchedulerName = "phalanx",
-    profile: opt.SchedulerProfile = "phalanx-queues",
+    profile: opt.SchedulerProfile = "",
     topology_levels: opt.TopologyLevels = None,
     lease_namespace: opt.LeaseNamespace = "phalanx-system",
     leader_elect: opt.LeaderElect = True,
@@ -82,6 +82,8 @@ def scheduler(
         if reservation_pod is not None:
             where = f"--reservation-pod {reservation_pod}"
             extras = parse_reservation_extras(load_yaml(reservation_pod), where)
+        mine = _shard(shards, shard)
+        profile = profile or (mine.me.profile if mine is not None else "") or "phalanx-queues"
         cfg = AdapterConfig(
             scheduler_name=scheduler_name,
             profile=profile,
@@ -97,7 +99,7 @@ def scheduler(
             reservation_extras=extras,
             share_limit_env=share_limit_env,
             kueue=kueue,
-            shard=_shard(shards, shard),
+            shard=mine,
         )
         prof = load_profile(profile)
         api = _connect(kubeconfig, in_cluster)

@@ -112,7 +112,13 @@ DefaultRuntime = Annotated[
 
 # ------------------------------------------------------------------ phalanx scheduler
 
-SchedulerProfile = Annotated[str, typer.Option(help="Built-in profile name or profile YAML.")]
+SchedulerProfile = Annotated[
+    str,
+    typer.Option(
+        help="Built-in profile name or profile YAML (default: the shard's profile in --shards, "
+        "else phalanx-queues)."
+    ),
+]
 LeaseNamespace = Annotated[
     str,
     typer.Option(

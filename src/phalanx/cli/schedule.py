@@ -53,6 +53,13 @@ def schedule(
         str, typer.Option(help="With --capture: the scheduler whose pods Phalanx decides for.")
     ] = "default-scheduler",
     kueue: Annotated[str, typer.Option(help="With --capture: Kueue mode (see `scheduler --help`).")] = "auto",
+    shards: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --capture: a shards file (as `scheduler --shards`): each shard decides its share "
+            "of the captured cluster with its own profile (--profile for a shard that names none)."
+        ),
+    ] = None,
 ) -> None:
     """Place workloads on a static cluster (or a captured one) and show placements and pending reasons."""
     if capture is not None:
@@ -61,8 +68,11 @@ def schedule(
         with user_errors():
             if cluster is not None or workloads is not None:
                 raise SpecError("--capture", "replays a captured cluster: drop --cluster and --workloads")
-        replay_capture(capture, profile, scheduler_name, None, kueue, as_json)
+        replay_capture(capture, profile, scheduler_name, None, kueue, as_json, shards)
         return
+    if shards is not None:
+        with user_errors():
+            raise SpecError("--shards", "splits a captured cluster: give --capture too")
     with user_errors():
         cdata, csrc = (load_yaml(cluster), str(cluster)) if cluster else _example("example-cluster.yaml")
         wdata, wsrc = (

@@ -14,6 +14,7 @@ The file (`phalanx scheduler --shards FILE --shard NAME`; the chart renders it f
     shards:
       - name: h100
         pools: [h100]
+        profile: binpack     # optional: its own profile (the twin uses it; the chart passes it too)
       - name: rest
         default: true        # nodes, pods and queues that name no pool
 """
@@ -39,6 +40,7 @@ class _ShardDoc(BaseModel):
     name: str
     pools: list[str] = Field(default_factory=list)
     default: bool = False
+    profile: str = ""
 
 
 class _ShardsDoc(BaseModel):
@@ -52,6 +54,7 @@ class Shard:
     name: str
     pools: tuple[str, ...]
     default: bool = False  # owns what names no pool
+    profile: str = ""  # its own profile ("" : the one given the process)
 
     def said(self) -> str:
         """How reasons name the shard and what it owns."""
@@ -153,7 +156,7 @@ def parse_shards(doc: object, where: str) -> Shards:
             defaults.append(s.name)
     if len(defaults) > 1:
         raise SpecError(where, f"shards {defaults[0]!r} and {defaults[1]!r} are both default: one at most")
-    shards = tuple(Shard(s.name, tuple(s.pools), s.default) for s in d.shards)
+    shards = tuple(Shard(s.name, tuple(s.pools), s.default, s.profile) for s in d.shards)
     return Shards(shards, tuple(d.labels))
 
 

@@ -87,6 +87,9 @@ shards:
   - name: {{ toJson (toString .name) }}
     pools: {{ toJson (.pools | default list) }}
     default: {{ .default | default false }}
+    {{- if .profile }}
+    profile: {{ toJson (toString .profile) }}
+    {{- end }}
 {{- end }}
 {{- end }}
 {{- define "phalanx.webhookSecretSelf" -}}phalanx-webhook-tls{{- end }}

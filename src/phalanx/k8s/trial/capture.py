@@ -23,9 +23,11 @@ from typing import Any
 
 from phalanx.core.errors import SpecError
 from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.client.cache import Store
 from phalanx.k8s.client.kinds import JOBS, WATCHED, Kind
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.gather import Gathered, gather
+from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.unread import unread_left_out
 
 API_VERSION = "phalanx.io/v1alpha1"
@@ -50,8 +52,15 @@ class Capture:
 
     def gathered(self, cfg: AdapterConfig) -> Gathered:
         """What the scheduler's store would hold: Jobs count as listed when the server serves them
-        (an informer that is refused them lists them as empty, as here)."""
-        return gather(self.items, JOBS.key in self.served, cfg)
+        (an informer that is refused them lists them as empty, as here). A scheduling shard's
+        (`cfg.shard`): what its gate keeps of the same objects, listed in the order its informers list."""
+        if cfg.shard is None:
+            return gather(self.items, JOBS.key in self.served, cfg)
+        gate = ShardFilter(cfg.shard, cfg.scheduler_name)
+        store = Store(gate=gate)
+        for kind, objs in sorted(self.objects.items(), key=lambda ko: gate.lists_after(ko[0]) is not None):
+            store.replace(kind, objs)
+        return gather(store.items, JOBS.key in self.served, cfg, split=gate.split())
 
     def to_dict(self) -> dict[str, Any]:
         return {

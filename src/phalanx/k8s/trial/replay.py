@@ -4,8 +4,9 @@ The pods of `cfg.scheduler_name` (by default the cluster's `default-scheduler`) 
 Phalanx's: those already placed stay where their scheduler put them, and one cycle decides the
 ones that wait (binds, evictions, pending with reasons and start forecasts), as
 `phalanx scheduler` would if it had been their scheduler at the moment of the capture.
-`fingerprint` is the snapshot said as plain data, for the parity test (a capture replays to
-the snapshot the live adapter builds).
+With a shards file, each shard is replayed as its own scheduler (its nodes, its pods, its
+profile): a split tried on the cluster as it is before it is made. `fingerprint` is the snapshot
+said as plain data, for the parity test (a capture replays to the snapshot the live adapter builds).
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ def _waits(obj: dict[str, Any]) -> str:
 
 
 def compare(cap: Capture, cfg: AdapterConfig, profile: Profile, now: float | None = None) -> Comparison:
-    """One cycle on the captured cluster for the pods of `cfg.scheduler_name`."""
+    """One cycle on the captured cluster for the pods of `cfg.scheduler_name` (a scheduling shard's,
+    `cfg.shard`: for those its cache keeps, as that shard's scheduler would decide them)."""
     now = cap.time if now is None else now
-    world = cap.gathered(cfg).world(cfg, now)
+    gathered = cap.gathered(cfg)
+    world = gathered.world(cfg, now)
     pods = {
         object_key(p): p
-        for p in cap.items("pods")
+        for p in gathered.pods
         if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == cfg.scheduler_name
     }
     decision = decide(world, profile, now)

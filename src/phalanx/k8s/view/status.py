@@ -19,13 +19,9 @@ import numpy as np
 from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.client.api import Api
-from phalanx.k8s.client.cache import Store
-from phalanx.k8s.client.kinds import JOBS
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import decide
-from phalanx.k8s.read.gather import gather
 from phalanx.k8s.read.lifecycle import gang_names, gang_status
-from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import Capture, read
 from phalanx.k8s.view.board import Board
@@ -75,13 +71,8 @@ def shard_worlds(api: Api, cfg: AdapterConfig, shards: Shards) -> list[tuple[Sha
     c = _listed(api)
     out = []
     for me in shards.shards:
-        view = ShardOf(shards, me)
-        gate = ShardFilter(view, cfg.scheduler_name)
-        store = Store(gate=gate)
-        for kind, objs in sorted(c.objects.items(), key=lambda ko: gate.lists_after(ko[0]) is not None):
-            store.replace(kind, objs)  # the pods after the nodes, as an informer lists them
-        mine = replace(cfg, shard=view)
-        world = gather(store.items, JOBS.key in c.served, mine, split=gate.split()).world(mine, c.time)
+        mine = replace(cfg, shard=ShardOf(shards, me))
+        world = c.gathered(mine).world(mine, c.time)
         world.problems.update({f"List {k}": f"{k}: not read ({why})" for k, why in c.unreadable.items()})
         out.append((me, world))
     return out
