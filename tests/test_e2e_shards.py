@@ -8,11 +8,13 @@ what `helm install` runs (the control plane here has no kubelets to run the pods
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from e2e_kube import SERVICE_ACCOUNTS, Kube, phalanx, wait_for
@@ -60,6 +62,30 @@ def _installed(kube: Kube, tmp: Path) -> dict[str, list[str]]:
             "--identity", f"{name}-0", "--cycle-seconds", "0.2",
         ]  # fmt: skip
     return out
+
+
+def _dashboard(kube: Kube, shards_file: str, env: dict[str, str]) -> dict[str, Any]:
+    """`phalanx dashboard --shards`'s state, once it has read the cluster."""
+    proc = phalanx(
+        "dashboard", "--kubeconfig", str(kube.cp.kubeconfig), "--shards", shards_file, "--port", "0",
+        "--interval", "0.5", env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        said = ""
+        while "listening on" not in said and proc.poll() is None:
+            said = proc.stdout.readline()
+        port = re.search(r":(\d+), http", said)
+        assert port, said
+
+        def read() -> dict[str, Any] | None:
+            got = httpx2.get(f"http://127.0.0.1:{port.group(1)}/dashboard/state.json", timeout=5).json()
+            return got if got.get("shards") else None
+
+        return wait_for("the dashboard of every shard", read, timeout=30)  # type: ignore[no-any-return]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _events(kube: Kube, name: str) -> str:
@@ -110,6 +136,20 @@ def test_two_shards_from_the_chart_bind_only_their_pools_and_one_dying_leaves_th
         assert {"h100", "rest"} <= rows.keys(), out  # one table of every shard, then each shard's own
         assert [c.strip() for c in rows["h100"].split("│")[3:5]] == ["1", "8"], rows["h100"]  # nodes, GPUs
         assert "Pending workloads (shard rest)" in out and "default/pair" in out
+        board = _dashboard(kube, shards_file, env)  # one board of both shards, read-only
+        assert [(r["name"], r["nodes"], r["gpus"]) for r in board["shards"]] == [
+            ("h100", 1, 8),
+            ("rest", 1, 8),
+        ]
+        assert {n["name"] for n in board["nodes"]} == {"h1", "r1"}
+        waits = {p["workload"]: p for p in board["pending"]}
+        assert (
+            waits["default/pair"]["shard"] in ("h100", "rest") and "one shard" in waits["default/pair"]["why"]
+        )
+        lost = [p for p in board["problems"] if "pool 't4'" in p]  # not taken in: said as a problem
+        assert (
+            len(lost) == 1 and lost[0].startswith("shard rest: ") and "no scheduling shard owns" in lost[0]
+        ), board["problems"]
 
         procs["rest"].send_signal(signal.SIGKILL)  # the rest's leader dies: h100 goes on alone
         procs["rest"].wait(timeout=10)

@@ -343,3 +343,22 @@ def test_the_twin_tries_a_split_on_a_captured_cluster_each_shard_with_its_own_pr
     assert shown.exit_code == 0 and "Shard h100 (h100)" in shown.output and "Shard rest" in shown.output
     bad = CliRunner().invoke(app, ["schedule", "--shards", str(split)])
     assert bad.exit_code == 2 and "give --capture too" in bad.output
+
+
+def test_a_shards_list_leaves_out_what_it_does_not_keep_page_by_page() -> None:
+    """An informer passes each listed object through `Store.taken` as its page arrives: the list it
+    hands the store holds only what the shard keeps (its peak memory follows its share too)."""
+    gate = ShardFilter(_shard("h100"), "phalanx")
+    store = Store(gate=gate)
+    nodes = [_labelled(node("h1", gpus=8), "h100"), _labelled(node("a1", gpus=8), "a100")]
+    kept = [o for o in (store.taken("nodes", n) for n in nodes) if o is not None]
+    store.replace("nodes", kept, taken=True)
+    pods = [_labelled(pod(f"p{k}", gpus=1, node=("h1", "a1")[k % 2]), "x") for k in range(6)]
+    kept = [o for o in (store.taken("pods", p) for p in pods) if o is not None]
+    assert [o["metadata"]["name"] for o in kept] == ["p0", "p2", "p4"]
+    store.replace("pods", kept, taken=True)
+    assert _names_of(store, "pods") == {"p0", "p2", "p4"} and _names_of(store, "nodes") == {"h1"}
+
+
+def _names_of(store: Store, kind: str) -> set[str]:
+    return {o["metadata"]["name"] for o in store.items(kind)}

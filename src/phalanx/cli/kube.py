@@ -342,6 +342,13 @@ def dashboard(
     ] = "127.0.0.1",
     interval: Annotated[float, typer.Option(help="Seconds between reads of the cluster.")] = 5.0,
     kueue: Annotated[str, typer.Option(help="Kueue mode the scheduler runs with.")] = "auto",
+    shards: Annotated[
+        Path | None,
+        typer.Option(
+            help="The shards file the schedulers run with: one board of every shard, each deciding "
+            "its share with its own profile (--profile for a shard that names none)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the dashboard read-only, e.g. from a laptop: http://localhost:PORT/dashboard/."""
     import threading
@@ -356,6 +363,9 @@ def dashboard(
             raise SpecError("--interval", f"must be > 0, got {interval}")
         _check_kueue(kueue)
         load_profile(profile)
+        every = load_shards(shards) if shards is not None else None
+        for s in every.shards if every is not None else ():
+            load_profile(s.profile or profile)
         cfg = AdapterConfig(scheduler_name=scheduler_name, profile=profile, kueue=kueue)
         api = _connect(kubeconfig, in_cluster)
     board = Board(mode="read-only")
@@ -370,7 +380,7 @@ def dashboard(
     if address not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"dashboard: anyone who reaches {address} sees the cluster as your kubeconfig does")
     try:
-        follow(api, cfg, board, interval, stop)
+        follow(api, cfg, board, interval, stop, shards=every)
     except KeyboardInterrupt:
         pass
     finally:

@@ -36,10 +36,16 @@ function overview(s) {
       <td class="num">${num(q.fair)}</td><td class="num">${num(q.used)}</td><td class="num">${num(q.waiting)}</td>
       <td><div class="bar"><i style="width:${Math.min(100, q.fair ? 100 * q.used / q.fair : 0)}%"></i></div></td></tr>`).join("")}</table></div>`
     : `<p class="note">No queues: every workload is in the default queue.</p>`;
-  const pending = s.pending.length ? `<div class="scroll"><table id="pending"><tr><th>workload</th><th>queue</th><th class="num">pods</th><th>why it waits</th><th>forecast</th></tr>${
-    s.pending.map(p => `<tr data-workload="${esc(p.workload)}"><td>${link("workload", p.workload)}</td><td>${esc(p.queue)}</td><td class="num">${p.pods}</td>
+  const sharded = Array.isArray(s.shards);  // `phalanx dashboard --shards`: every shard on one board
+  const pending = s.pending.length ? `<div class="scroll"><table id="pending"><tr><th>workload</th>${sharded ? "<th>shard</th>" : ""}<th>queue</th><th class="num">pods</th><th>why it waits</th><th>forecast</th></tr>${
+    s.pending.map(p => `<tr data-workload="${esc(p.workload)}"><td>${link("workload", p.workload)}</td>${sharded ? `<td>${esc(p.shard)}</td>` : ""}<td>${esc(p.queue)}</td><td class="num">${p.pods}</td>
       <td class="why">${esc(p.why)}</td><td class="why">${esc(p.forecast || "-")}</td></tr>`).join("")}</table></div>`
     : `<p class="note">Nothing waits.</p>`;
+  const shards = sharded ? `<section><h2>Scheduling shards</h2><div class="scroll"><table id="shards"><tr><th>shard</th><th>owns</th><th>profile</th>
+    <th class="num">nodes</th><th class="num">GPUs</th><th class="num">in use</th><th class="num">running</th><th class="num">waiting</th><th class="num">problems</th></tr>${
+    s.shards.map(r => `<tr data-shard="${esc(r.name)}"><td>${esc(r.name)}</td><td>${esc(r.owns)}</td><td>${esc(r.profile)}</td><td class="num">${r.nodes}</td>
+      <td class="num">${r.gpus}</td><td class="num">${num(r.gpus_used)}</td><td class="num">${r.running}</td><td class="num">${r.waiting}</td>
+      <td class="num">${r.problems}</td></tr>`).join("")}</table></div></section>` : "";
   const recent = s.recent.length ? `<div class="scroll"><table id="recent"><tr><th>time</th><th>what</th><th>pod</th><th>where</th><th>why</th></tr>${
     s.recent.slice(0, 50).map(r => `<tr><td>${when(r.t)}</td><td><span class="tag ${r.kind === "bound" || r.kind === "shadow agree" ? "ok" : "warn"}">${esc(r.kind)}</span></td>
       <td>${esc(r.what)}</td><td>${r.where ? link("node", r.where) : "-"}</td><td class="why">${esc(r.why)}</td></tr>`).join("")}</table></div>`
@@ -56,7 +62,7 @@ function overview(s) {
       <div class="card"><div class="v">${sum.nodes}</div><div class="k">nodes</div></div>
       <div class="card"><div class="v">${sum.running}</div><div class="k">workloads running</div></div>
       <div class="card"><div class="v" id="waiting">${sum.waiting}</div><div class="k">workloads waiting</div></div></div>
-    <section><h2>GPU map</h2><p class="legend"><span><i style="background:var(--free)"></i>free</span><span><i style="background:var(--part)"></i>shared</span>
+    ${shards}<section><h2>GPU map</h2><p class="legend"><span><i style="background:var(--free)"></i>free</span><span><i style="background:var(--part)"></i>shared</span>
       <span><i style="background:var(--used)"></i>in use</span><span class="note">one cell per GPU; select a node for its pods</span></p>
       <div class="scroll"><table><tr><th>pool</th><th class="num">nodes</th><th class="num">GPUs</th><th class="num">in use</th><th></th></tr>${pools}</table></div>${maps}</section>
     <section><h2>Waiting workloads</h2>${pending}</section>

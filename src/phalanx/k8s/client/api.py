@@ -205,11 +205,12 @@ class Api:
         self,
         kind: str | Kind,
         chunk: int = 500,
-        each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        each: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
         field_selector: str = "",
     ) -> tuple[list[dict[str, Any]], str]:
         """All objects of a kind and the list's resourceVersion (paged, as client-go does). `each`:
-        applied to every object as its page arrives (a watch cache slims them before the next page);
+        applied to every object as its page arrives (a watch cache slims them, or leaves out those
+        it does not keep, by returning None, before the next page);
         `field_selector`: only those it picks (`spec.nodeName=n1`: the pods on one node)."""
         k = _kind(kind)
         items: list[dict[str, Any]] = []
@@ -220,7 +221,9 @@ class Api:
             for o in page.get("items") or []:
                 o.setdefault("apiVersion", k.api_version)
                 o.setdefault("kind", k.kind)
-                items.append(each(o) if each is not None else o)
+                kept = each(o) if each is not None else o
+                if kept is not None:
+                    items.append(kept)
             meta = page.get("metadata") or {}
             cont = meta.get("continue")
             if not cont:

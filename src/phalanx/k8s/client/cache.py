@@ -96,11 +96,19 @@ class Store:
         self.generation += 1
         self.feed.append((self.generation, kind, key))
 
-    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def taken(self, kind: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """A listed object as the store keeps it, or None if it is not kept: an informer applies
+        this to each page as it arrives, so that a list never holds what the store leaves out."""
         if self.transform is not None:
-            items = [self.transform(kind, o) for o in items]
-        if self.gate is not None:
-            items = [o for o in items if self._admitted(kind, "ADDED", o).keep]
+            obj = self.transform(kind, obj)
+        if self.gate is not None and not self._admitted(kind, "ADDED", obj).keep:
+            return None
+        return obj
+
+    def replace(self, kind: str, items: list[dict[str, Any]], taken: bool = False) -> None:
+        """The kind's objects, as listed (`taken`: each already passed through `taken`)."""
+        if not taken:
+            items = [t for t in (self.taken(kind, o) for o in items) if t is not None]
         table = {object_key(o): o for o in items}
         with self.lock:
             self.objects[kind] = table
@@ -241,11 +249,8 @@ class Informer(threading.Thread):
             try:
                 if not self.resource_version:
                     self._wait_for_first()
-                    slim = self.store.transform
-                    items, rv = self.api.list(
-                        self.kind, each=partial(slim, key) if slim is not None else None
-                    )
-                    self.store.replace(key, items)
+                    items, rv = self.api.list(self.kind, each=partial(self.store.taken, key))
+                    self.store.replace(key, items, taken=True)
                     self.resource_version = rv
                 for event, obj in self.api.watch(self.kind, self.resource_version, self.watch_timeout_s):
                     if event != "BOOKMARK":

@@ -69,11 +69,11 @@ class ShadowStore(Store):
             with self.lock:
                 self.seen_waiting.add(str((obj.get("metadata") or {}).get("uid") or object_key(obj)))
 
-    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def replace(self, kind: str, items: list[dict[str, Any]], taken: bool = False) -> None:
         if kind == "pods":
             for o in items:
                 self._note(o)
-        super().replace(kind, items)
+        super().replace(kind, items, taken)
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         if kind == "pods" and event != "DELETED":

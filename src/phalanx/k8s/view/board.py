@@ -158,7 +158,10 @@ class Board:
         threading.Thread(target=run, name="dashboard", daemon=True).start()
 
     def update(self, world: World, result: CycleResult | None, insight: dict[str, str], now: float) -> None:
-        state, details = build(world, result, insight, now, self.pool_label)
+        self.show(*build(world, result, insight, now, self.pool_label))
+
+    def show(self, state: dict[str, Any], details: dict[str, dict[str, Any]]) -> None:
+        """The state to answer with from now on (one cycle's, or every shard's: `shard_board`)."""
         state["mode"] = self.mode
         with self.lock:
             state["recent"] = list(self.recent)
@@ -179,6 +182,11 @@ def build(
     pending = _pending(world, reasons, insight)
     _workloads(world, reasons, insight, details)
     total = sum(len(row["gpus"]) for row in nodes)
+    # objects that cannot be read, and pods of ours left out for another reason (a shard's: a pool
+    # that no shard owns)
+    left_out = world.problems | {
+        f"Pod {k}": why for k, why in world.pod_problems.items() if f"Pod {k}" not in world.problems
+    }
     state = {
         "generated": now,
         "summary": {
@@ -192,9 +200,9 @@ def build(
         "nodes": nodes,
         "queues": queues,
         "pending": pending,
-        "problems": [world.problems[k] for k in sorted(world.problems)],
+        "problems": [left_out[k] for k in sorted(left_out)],
         # `Pod team-a/x` -> team-a: who may see each problem (`_filter_state`)
-        PROBLEM_NAMESPACES: [_ns(k.split(" ", 1)[-1]) for k in sorted(world.problems)],
+        PROBLEM_NAMESPACES: [_ns(k.split(" ", 1)[-1]) for k in sorted(left_out)],
     }
     return state, details
 

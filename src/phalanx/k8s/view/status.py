@@ -13,9 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from phalanx.core.profile import Profile
 from phalanx.core.queues import GPU
 from phalanx.k8s.act.explain import describe
 from phalanx.k8s.client.api import Api
@@ -24,8 +26,9 @@ from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.lifecycle import gang_names, gang_status
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import Capture, read
-from phalanx.k8s.view.board import Board
+from phalanx.k8s.view.board import Board, build
 from phalanx.k8s.view.holders import gpu_holders
+from phalanx.k8s.view.shard_board import merged
 from phalanx.profiles import load_profile
 from phalanx.spec.shards import Shard, ShardOf, Shards
 
@@ -101,23 +104,48 @@ def follow(
     interval: float,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
+    shards: Shards | None = None,
 ) -> None:
-    """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only.
+    """`phalanx dashboard`: rebuild the board every `interval` seconds from the cluster, read-only
+    (with `shards`: every shard's share, each as its scheduler sees it, on one board).
 
     Each round runs the cycle the scheduler would run (on a copy of the world, nothing is written)
     so that waiting workloads show the reasons and forecasts the scheduler would give. `clock`: the
     cycle's time, injected as the scheduler's is (tests and replays pass their own).
     """
     prof = load_profile(cfg.profile)
+    profiles = {s.name: load_profile(s.profile or cfg.profile) for s in shards.shards} if shards else {}
     while not stop.is_set():
         try:
-            world = world_now(api, cfg)
-            now = clock()
-            decision = decide(world, prof, now)
-            board.update(world, decision.result, decision.foresee().texts, now)
+            if shards is None:
+                world = world_now(api, cfg)
+                now = clock()
+                decision = decide(world, prof, now)
+                board.update(world, decision.result, decision.foresee().texts, now)
+            else:
+                board.show(*_every_shard(api, cfg, shards, profiles, board.pool_label, clock))
         except Exception:  # an API hiccup: show the last state and try again
             log.exception("could not read the cluster")
         stop.wait(interval)
+
+
+def _every_shard(
+    api: Api,
+    cfg: AdapterConfig,
+    shards: Shards,
+    profiles: dict[str, Profile],
+    pool_label: str,
+    clock: Callable[[], float],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The dashboard of every shard: each its own world and dry cycle with its own profile."""
+    parts = []
+    now = clock()
+    for me, world in shard_worlds(api, cfg, shards):
+        decision = decide(world, profiles[me.name], now)
+        state, details = build(world, decision.result, decision.foresee().texts, now, pool_label)
+        state["profile"] = profiles[me.name].name
+        parts.append((me, state, details))
+    return merged(parts, now)
 
 
 def summarize(world: World, cfg: AdapterConfig, clock: Callable[[], float] = time.time) -> Status:
