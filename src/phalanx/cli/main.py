@@ -16,6 +16,7 @@ from phalanx.cli.node import node_app
 from phalanx.cli.scenario import scenario
 from phalanx.cli.schedule import schedule
 from phalanx.cli.simulate import simulate
+from phalanx.cli.sweep import sweep
 from phalanx.cli.webhook import webhook
 
 
@@ -39,6 +40,7 @@ _flags_without_a_type()
 app = typer.Typer(no_args_is_help=True, help="Phalanx: a scheduler for AI workloads on Kubernetes.")
 app.command("schedule")(schedule)
 app.command("simulate")(simulate)
+app.command("sweep")(sweep)
 app.command("scenario")(scenario)
 app.add_typer(bench_app, name="bench")
 app.command("scheduler")(scheduler)

@@ -1,0 +1,171 @@
+"""`phalanx sweep`: one trace over profiles x loads x seeds x clusters, on every core or on Dask."""
+
+from __future__ import annotations
+
+from importlib import resources, util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from phalanx.cli import options as opt
+from phalanx.cli.errors import user_errors
+from phalanx.core.errors import SpecError
+from phalanx.sim.bench import parse_seeds
+from phalanx.sim.clusters import tiresias_16xv100
+from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
+from phalanx.sim.sweep import Knobs, Sweep, Variant, file_digest
+from phalanx.sim.traces import tiresias
+
+DEFAULT_PROFILES = "phalanx,fifo,k8s-default"
+DEFAULT_QUEUE_PROFILES = "phalanx-queues,phalanx,fifo"
+DEFAULT_CACHE = Path.home() / ".cache" / "phalanx" / "sweep"
+
+
+def sweep(
+    trace: opt.Trace = None,
+    cluster: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="<file|name>",
+            help="A cluster to replay on (a file or a built-in name); give it again for more variants "
+            "(default: the one the trace was published with).",
+        ),
+    ] = None,
+    profiles: Annotated[
+        str | None, typer.Option(help="Comma-separated profiles (default: phalanx,fifo,k8s-default).")
+    ] = None,
+    loads: Annotated[str, typer.Option(help="Comma-separated loads (arrival rate x the trace's).")] = "1,2",
+    seeds: Annotated[str, typer.Option(help="Seeds: 1-3 or 1,5,9 (the replays' random tie-breaks).")] = "1-3",
+    first: Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")] = 0,
+    fmt: opt.TraceFormat = None,
+    mapping: opt.ColumnMap = None,
+    throughputs: opt.Throughputs = None,
+    durations: opt.Durations = None,
+    workers: Annotated[
+        int, typer.Option(help="Processes (or Dask workers with --dask local); 0: every core.")
+    ] = 0,
+    dask: Annotated[
+        str,
+        typer.Option(
+            help="Run on Dask: 'local' starts a cluster here on loopback; an address "
+            "(tcp://scheduler:8786) uses one you run."
+        ),
+    ] = "",
+    cache: Annotated[
+        Path,
+        typer.Option(help="Where results are kept by input digest: a re-run computes only what changed."),
+    ] = DEFAULT_CACHE,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Compute every point, keep nothing.")] = False,
+    cycle_interval: opt.CycleInterval = 0.0,
+    checkpoint_interval: opt.CheckpointInterval = 300.0,
+    half_life: opt.HalfLife = 0.0,
+    out: opt.OutDir = Path("sweep-out"),
+) -> None:
+    """Replay one trace over a grid of profiles, loads, seeds and clusters; one report compares them
+    (sweep.csv, summary.csv with the spread over seeds, plots with bands, index.html in --out)."""
+    console = Console(stderr=True)
+    with user_errors():
+        if workers < 0:
+            raise SpecError("--workers", f"must be >= 0, got {workers}")
+        if first < 0:
+            raise SpecError("--first", f"must be >= 0, got {first}")
+        if dask and util.find_spec("distributed") is None:
+            raise SpecError("--dask", "needs Dask's distributed scheduler: pip install 'phalanx[sweep]'")
+        load_list = _loads(loads)
+        seed_list = parse_seeds(seeds, "--seeds")
+        variants, notes, queued = _variants(trace, cluster or [], fmt, mapping, throughputs, durations, first)
+        names = [
+            p.strip()
+            for p in (profiles or (DEFAULT_QUEUE_PROFILES if queued else DEFAULT_PROFILES)).split(",")
+        ]
+        s = Sweep(
+            variants,
+            [n for n in names if n],
+            load_list,
+            seed_list,
+            Knobs(cycle_interval, checkpoint_interval, half_life),
+            cache=None if no_cache else cache,
+            workers=workers,
+            dask=dask,
+        )
+        total = len(s.points())
+        where = f"Dask ({dask})" if dask else f"{workers or 'every'} local process(es)"
+        console.print(f"{total} replays on {where}", highlight=False)
+        with Progress(
+            TextColumn("replays"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
+        ) as bar:
+            task = bar.add_task("sweep", total=total)
+            rows = s.run(lambda done, _all, _cached: bar.update(task, completed=done))
+        if s.cached:
+            console.print(f"{s.cached} of {total} from the cache ({cache})", highlight=False)
+        from phalanx.report.sweep import render  # matplotlib: loaded only by the commands that plot
+
+        notes.append(
+            f"Profiles {', '.join(s.profiles)}; loads {', '.join(f'{x:g}' for x in load_list)}; "
+            f"seeds {', '.join(map(str, seed_list))}; run on {where}."
+        )
+        index = render(out, rows, "Phalanx sweep", notes)
+    typer.echo(f"report: {index}")
+
+
+def _loads(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise SpecError("--loads", f"{part.strip()!r} is not a number") from None
+        if not v > 0:
+            raise SpecError("--loads", f"a load must be > 0, got {part.strip()}")
+        out.append(v)
+    return out
+
+
+def _variants(
+    trace: Path | None,
+    clusters: list[Path],
+    fmt: str | None,
+    mapping: str | None,
+    throughputs: Path | None,
+    durations: Path | None,
+    first: int,
+) -> tuple[list[Variant], list[str], bool]:
+    """The trace's jobs on each cluster; the notes; whether a cluster brings queues."""
+    if trace is None:
+        if clusters:
+            raise SpecError("--cluster", "needs --trace: the embedded trace brings its own cluster")
+        path = Path(str(resources.files("phalanx.data") / "tiresias-60job.csv"))
+        jobs = tiresias.load_jobs(path)[: first or None]
+        nodes, levels = tiresias_16xv100()
+        note = "Embedded default: the Tiresias 60-job trace on 16 V100 GPUs (src/phalanx/data/README.md)."
+        return (
+            [Variant("tiresias-16xV100", nodes, jobs, levels, digest=file_digest(path, f"first={first}"))],
+            [note],
+            False,
+        )
+    kind = fmt or ("csv" if mapping else detect_format(trace))
+    if kind == "openb":
+        raise SpecError("--trace", "an openb pod list is the FGD protocol's input: use phalanx simulate")
+    jobs = load_jobs(trace, kind, mapping, throughputs, durations)
+    jobs = sorted(jobs, key=lambda j: j.submit)[: first or None]
+    sources = [trace] if trace.is_file() else sorted(trace.glob("*.trace"))
+    read = f"format={kind};map={mapping or ''};first={first}"
+    out = []
+    chosen: list[Path | None] = [*clusters] or [None]
+    for c in chosen:
+        cl = cluster_arg(c) if c is not None else default_cluster(kind, trace)
+        files = [*sources, *([c] if c is not None and c.is_file() else [])]
+        name = cl.source if c is None or not c.is_file() else c.stem
+        out.append(
+            Variant(
+                name, cl.nodes, jobs, cl.levels, cl.datasets, cl.queues, file_digest(*files, read, cl.source)
+            )
+        )
+    notes = [f"Trace {trace} ({kind}, {len(jobs)} jobs); clusters: {', '.join(v.name for v in out)}."]
+    return out, notes, any(v.queues is not None for v in out)
+
+
+__all__ = ["sweep"]
