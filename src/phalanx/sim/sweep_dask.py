@@ -13,6 +13,12 @@ from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.sim.sweep import Knobs, Point, Row, Variant, run_point
 
+# a local cluster's workers: no statistical profiler, no GIL sampling (a replay is all CPU)
+QUIET_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.system-monitor.gil.enabled": False,
+}
+
 
 def _point(variants: dict[str, Variant], profiles: dict[str, Profile], p: Point, knobs: Knobs) -> Row:
     return run_point(variants[p.variant], profiles[p.profile], p, knobs)
@@ -29,6 +35,7 @@ def on_dask(
 ) -> Iterator[tuple[Point, Row]]:
     """The points on a Dask cluster: the inputs scattered to every worker once, one task a point."""
     try:
+        import dask
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
     except ImportError:
@@ -38,9 +45,11 @@ def on_dask(
     cluster = None
     if address == "local":
         n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        )
+        # the workers' own sampling profiler (every 10 ms) takes the GIL from the replays: off
+        with dask.config.set(QUIET_WORKERS):
+            cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+            )
         client = Client(cluster)
     else:
         try:
