@@ -96,12 +96,14 @@ def test_a_rerun_computes_only_what_changed(tmp_path: Path) -> None:
     assert _figures(healed.run()) == _figures(rows) and healed.cached == 7  # a torn file is computed again
 
 
-def test_the_cli_writes_one_report_with_the_spread_over_seeds(tmp_path: Path) -> None:
+def test_the_cli_on_a_dask_cluster_writes_one_report_with_the_spread_over_seeds(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["sweep", "--first", "30", "--profiles", "phalanx,fifo", "--loads", "1,2", "--seeds", "1-3"]
-    r = CliRunner().invoke(app, [*args, "--workers", "2", "--cache", str(tmp_path / "c"), "--out", str(out)])
+    pytest.importorskip("distributed", reason="Dask's distributed scheduler not installed")
+    on_dask = ["--dask", "local", "--workers", "2"]  # a real Dask cluster, started on loopback
+    r = CliRunner().invoke(app, [*args, *on_dask, "--cache", str(tmp_path / "c"), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert "12 replays" in r.output and f"report: {out / 'index.html'}" in r.output
+    assert "12 replays on Dask (local)" in r.output and f"report: {out / 'index.html'}" in r.output
     with (out / "summary.csv").open() as fh:
         summary = list(csv.DictReader(fh))
     assert [(s["profile"], s["load"], s["seeds"]) for s in summary] == [
