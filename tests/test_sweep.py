@@ -139,6 +139,32 @@ def test_bad_options_are_named_without_a_traceback(args: list[str], said: str, t
     assert said in r.output and "Traceback" not in r.output
 
 
+def test_a_file_where_a_folder_goes_is_said_before_any_replay(tmp_path: Path) -> None:
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    for args, said in (
+        (["--out", str(f)], "--out"),
+        (["--cache", str(f), "--out", str(tmp_path / "o")], "--cache"),
+    ):
+        r = CliRunner().invoke(app, ["sweep", "--first", "3", *args])
+        assert r.exit_code == 2 and f"{said}: {f} is a file" in r.output and "replays" not in r.output, (
+            r.output
+        )
+
+
+def test_a_job_that_can_never_fit_is_said_up_front(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n1,64,0,1,m,100,1\n2,1,0,1,m,100,1\n"
+    )
+    r = CliRunner().invoke(
+        app, ["sweep", "--trace", str(trace), "--cluster", "tiresias-16xV100", "--profiles", "fifo",
+              "--loads", "1", "--seeds", "1", "--no-cache", "--workers", "1", "--out", str(tmp_path / "o")],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "can never fit" in r.output and "64 GPUs" in r.output
+
+
 def test_a_dask_scheduler_that_cannot_be_reached_is_named() -> None:
     pytest.importorskip("distributed", reason="Dask's distributed scheduler not installed")
     from phalanx.core.errors import SpecError

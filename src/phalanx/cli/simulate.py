@@ -92,7 +92,7 @@ def simulate(
         seeds = parse_seeds(seed or ("42-51" if trace is None else "42"), "--seed")
         _check_numbers(load, tune, eta_every, checkpoint_interval, half_life)
         modes = _cache_modes(data_cache)
-        _check_out(out)
+        check_out(out)
         if util.find_spec("matplotlib") is None:  # the report's plots
             raise SpecError("matplotlib", "not installed; the report needs it: pip install 'phalanx[report]'")
         rt = RuntimeModel(
@@ -339,7 +339,7 @@ def _cache_modes(data_cache: str) -> list[str]:
     return DATA_CACHE_MODES[data_cache]
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     """--out is a folder; say so before the replay runs rather than fail writing its results."""
     if out.exists() and not out.is_dir():
         raise SpecError("--out", f"{out} is a file; give a folder (it is created if missing)")

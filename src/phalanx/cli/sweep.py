@@ -8,14 +8,17 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
+from phalanx.cli.simulate import check_out
 from phalanx.core.errors import SpecError
 from phalanx.sim.bench import parse_seeds
 from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
+from phalanx.sim.jobs import never_fit
 from phalanx.sim.sweep import Knobs, Sweep, Variant, file_digest
 from phalanx.sim.traces import tiresias
 
@@ -74,6 +77,11 @@ def sweep(
             raise SpecError("--first", f"must be >= 0, got {first}")
         if dask and util.find_spec("distributed") is None:
             raise SpecError("--dask", "needs Dask's distributed scheduler: pip install 'phalanx[sweep]'")
+        if util.find_spec("matplotlib") is None:  # the report's plots, said before the replays run
+            raise SpecError("matplotlib", "not installed; the report needs it: pip install 'phalanx[report]'")
+        check_out(out)
+        if not no_cache and cache.exists() and not cache.is_dir():
+            raise SpecError("--cache", f"{cache} is a file; give a folder (it is created if missing)")
         load_list = _loads(loads)
         seed_list = parse_seeds(seeds, "--seeds")
         variants, notes, queued = _variants(trace, cluster or [], fmt, mapping, throughputs, durations, first)
@@ -91,6 +99,12 @@ def sweep(
             workers=workers,
             dask=dask,
         )
+        for v in variants:  # a job no placement can ever hold waits to the end: said up front
+            line = never_fit(v.jobs, v.nodes)
+            if line:
+                console.print(
+                    f"[yellow]warning:[/] {escape(line)} ({v.name})", highlight=False, soft_wrap=True
+                )
         total = len(s.points())
         where = f"Dask ({dask})" if dask else f"{workers or 'every'} local process(es)"
         console.print(f"{total} replays on {where}", highlight=False)
