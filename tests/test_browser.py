@@ -114,3 +114,57 @@ def test_dashboard_shows_holders_reasons_forecasts_and_updates_live(
         finally:
             server.shutdown()
     time.sleep(0.1)
+
+
+def test_the_board_of_every_shard_reads_well(chrome: Any) -> None:
+    """`phalanx dashboard --shards`: the shards' table, both shards' nodes on the GPU map, and each
+    waiting workload with the shard that decides it, at 1,280 px without sideways scrolling."""
+    from phalanx.k8s.client.cache import Store
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.decide.cycle import decide
+    from phalanx.k8s.read.gather import gather
+    from phalanx.k8s.read.shard import ShardFilter
+    from phalanx.k8s.view.board import Board, build
+    from phalanx.k8s.view.shard_board import merged
+    from phalanx.profiles import load_profile
+    from phalanx.spec.shards import ShardOf, parse_shards
+
+    every = parse_shards(
+        {"shards": [{"name": "h100", "pools": ["h100"]}, {"name": "rest", "default": True}]}, "f"
+    )
+    h1 = node("h1", gpus=8)
+    h1["metadata"].setdefault("labels", {})["phalanx.io/node-pool"] = "h100"
+    big = pod("big", gpus=8)
+    big["metadata"].setdefault("labels", {})["phalanx.io/node-pool"] = "h100"
+    objs = {
+        "nodes": [h1, node("r1", gpus=4)],
+        "pods": [pod("small", gpus=2, node="r1"), big, pod("wide", gpus=6)],
+    }
+    now, parts = time.time(), []
+    for me in every.shards:
+        cfg = AdapterConfig(shard=ShardOf(every, me))
+        gate = ShardFilter(cfg.shard, cfg.scheduler_name)  # type: ignore[arg-type]
+        store = Store(gate=gate)
+        for kind in ("nodes", "pods"):
+            store.replace(kind, objs[kind])
+        world = gather(store.items, False, cfg, split=gate.split()).world(cfg, now)
+        d = decide(world, load_profile("phalanx-queues"), now)
+        state, details = build(world, d.result, d.foresee().texts, now, "phalanx.io/node-pool")
+        state["profile"] = "phalanx-queues"
+        parts.append((me, state, details))
+    board = Board(mode="read-only")
+    board.show(*merged(parts, now))
+    server = serve(0, None, lambda: True, board)
+    try:
+        chrome.get(f"http://127.0.0.1:{server.server_port}/dashboard/")
+        rows = wait_for(
+            "the shards' table", lambda: texts(chrome, "#shards tr[data-shard]"), timeout=15, every=0.3
+        )
+        assert [r.split()[0] for r in rows] == ["h100", "rest"]
+        wide = wait_for("wide waiting", lambda: text(chrome, "tr[data-workload='default/wide']"), timeout=10)
+        assert "rest" in wide  # the shard that decides it
+        assert len(chrome.find_elements("css selector", "a.node")) == 2
+        assert chrome.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        assert _errors(chrome) == []
+    finally:
+        server.shutdown()
