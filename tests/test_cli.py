@@ -165,6 +165,24 @@ def test_tune_zero_is_refused():
     one_error(runner.invoke(app, ["simulate", "--tune", "0"]), "--tune: must be in (0, 10]")
 
 
+def test_low_tune_gives_no_numpy_warning_and_shows_the_points_past_it_as_missing(tmp_path):
+    import csv
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" would fail the command
+        r = runner.invoke(
+            app, ["simulate", "--tune", "0.5", "--profiles", "fgd", "--seed", "42", "--out", str(tmp_path)]
+        )
+    assert r.exit_code == 0, r.output
+    assert "RuntimeWarning" not in r.output and "empty slice" not in r.output
+    fgd = next(ln for ln in r.output.splitlines() if ln.startswith("│ fgd"))  # the FGD table comes first
+    assert "nan" not in fgd and fgd.count(" - ") >= 3, fgd
+    row = next(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert row["alloc_x100"] == "nan" and float(row["alloc_x50"]) > 0
+    assert "n/a: past the load submitted (--tune)" in (tmp_path / "index.html").read_text()
+
+
 def test_names_never_fold_in_80_columns(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     long = "default-inference-half-precision-replicas"

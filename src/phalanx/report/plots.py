@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
+from phalanx.sim.experiment import FgdExperiment, ReplayExperiment, empty_points_quiet
 from phalanx.sim.fgd import XS, as_array
 
 X = np.array(list(XS))
@@ -40,7 +40,7 @@ def seed_bands(exp: FgdExperiment, which: int = 0) -> dict[str, tuple[np.ndarray
             if runs
             else np.full((1, len(XS)), np.nan)
         )
-        with np.errstate(all="ignore"):
+        with empty_points_quiet():
             out[prof] = (np.nanmean(arr, axis=0), np.nanmin(arr, axis=0), np.nanmax(arr, axis=0))
     return out
 
@@ -86,7 +86,8 @@ def fgd_allocation(exp: FgdExperiment, path: Path) -> Path:
     ax.set_ylabel("GPU allocation (%)")
     n = len(exp.seeds)
     ax.set_title(f"FGD protocol: {exp.name} (mean; band: min-max over {n} seed{'s' * (n != 1)})", fontsize=10)
-    lo = min(80.0, float(np.nanmin([y[90] for y in exp.curves(0).values()] or [80.0])) - 2)
+    at90 = [float(y[90]) for y in exp.curves(0).values() if y[90] == y[90]]  # none past --tune x 100 %
+    lo = min(80.0, min(at90, default=82.0) - 2)
     ax.set_xlim(0, 130)
     ax.set_ylim(0, 101)
     ax.grid(alpha=0.3)

@@ -69,7 +69,10 @@ IO_COLS = {
     "io_warm_start_pct": ("starts with the dataset already cached", "pct"),
     "io_staged_tb": ("TB copied into node caches", "ratio"),
 }
+PAST_TUNE = "past the load submitted (--tune)"
 MISSING = {
+    **{f"alloc_x{x}": PAST_TUNE for x in (50, 90, 100, 130)},
+    **{f"frag_rate_x{x}": PAST_TUNE for x in (50, 90)},
     "makespan_s": "not every job completed",
     "jain_index": "never two queues wanting GPUs",
     "max_wait_large_s": "no job of 8+ GPUs",

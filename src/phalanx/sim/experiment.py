@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -26,6 +28,15 @@ from phalanx.sim.runtime import RuntimeModel
 from phalanx.sim.traces.openb import OpenbPod
 
 Progress = Callable[[str], None]
+
+
+@contextmanager
+def empty_points_quiet() -> Iterator[None]:
+    """Points with no data (past --tune x 100 % of the capacity) average to nan without numpy's
+    "Mean of empty slice" / "All-NaN slice" RuntimeWarning: the reports show them as missing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 @dataclass
@@ -65,7 +76,11 @@ class FgdExperiment:
         out = {}
         for prof, runs in self.runs.items():
             arrs = [as_array(r.discrete()[which]) for r in runs]
-            out[prof] = np.nanmean(np.vstack(arrs), axis=0) if arrs else np.full(len(XS), np.nan)
+            if not arrs:
+                out[prof] = np.full(len(XS), np.nan)
+                continue
+            with empty_points_quiet():
+                out[prof] = np.nanmean(np.vstack(arrs), axis=0)
         return out
 
     def reference_curves(self) -> dict[str, np.ndarray]:
@@ -76,7 +91,8 @@ class FgdExperiment:
         out = {}
         for (workload, policy), series in table.items():
             if workload == self.name:
-                out[policy] = np.array([np.nanmean([s.get(x, np.nan) for s in series]) for x in XS])
+                with empty_points_quiet():
+                    out[policy] = np.array([np.nanmean([s.get(x, np.nan) for s in series]) for x in XS])
         return out
 
     def summary_rows(self) -> list[dict[str, object]]:
