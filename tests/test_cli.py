@@ -336,6 +336,27 @@ def test_bench_fgd_bad_file_is_one_line_before_the_progress_bar():
     one_error(runner.invoke(app, args), "/bin/ls: not a text file")
 
 
+def test_bench_fgd_out_that_cannot_be_written_is_said_before_the_runs(tmp_path, monkeypatch):
+    import pytest
+
+    import phalanx.cli.bench
+    from phalanx.core.errors import SpecError
+    from phalanx.sim.bench import write_results
+
+    def no_runs(*a):  # type: ignore[no-untyped-def]
+        raise AssertionError("the runs started before --out was checked")
+
+    monkeypatch.setattr(phalanx.cli.bench, "run_bench", no_runs)
+    data = "src/phalanx/data/openb-slice-"
+    args = ["bench", "fgd", "--nodes", f"{data}nodes.csv", "--pods", f"{data}pods.csv", "--policy", "fgd"]
+    one_error(runner.invoke(app, [*args, "--out", str(tmp_path)]), "--out:", "is a folder; give a CSV file")
+    f = tmp_path / "taken"
+    f.write_text("")
+    one_error(runner.invoke(app, [*args, "--out", f"{f}/x.csv"]), "--out:", f"{f} is a file")
+    with pytest.raises(SpecError, match="--out: cannot create folder"):  # a failure at write time
+        write_results([], f / "x.csv")
+
+
 def test_cluster_without_a_trace_is_refused():
     one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")
 

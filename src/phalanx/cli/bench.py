@@ -20,6 +20,7 @@ from phalanx.sim.bench import (
     BenchJob,
     BenchRow,
     DiffRow,
+    check_result_path,
     diff,
     label,
     parse_seeds,
@@ -58,6 +59,7 @@ def bench_fgd(
             openb.load_pods(f)
         if not 0 < tune <= 10:
             raise SpecError("--tune", f"must be in (0, 10], got {tune}")
+        check_result_path(out, "--out")  # before the runs, not after them
     jobs = [BenchJob(str(nodes), str(p), pol, s, tune) for p in pods for pol in policy for s in seed_list]
     n_workers = workers or os.cpu_count() or 1
     console = Console(stderr=True)
@@ -71,7 +73,8 @@ def bench_fgd(
 
         with user_errors():
             rows = run_bench(jobs, n_workers, done)
-    paths = write_results(rows, out)
+    with user_errors():
+        paths = write_results(rows, out, "--out")
     t = Table(title="GPU allocation (%), mean over seeds")
     for col in ("workload", "policy"):
         name_column(t, col)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -129,14 +130,43 @@ def _fmt(v: float | None) -> str:
     return repr(round(v, 10)) if isinstance(v, float) else str(v)
 
 
-def write_results(rows: Iterable[BenchRow], out: str | Path) -> list[Path]:
+def result_paths(out: str | Path) -> list[Path]:
+    """The result CSV and its companions (*_frag.csv, *_frag_ratio.csv)."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     stem = out.with_suffix("")
-    paths = [out, Path(f"{stem}{FRAG_SUFFIX}.csv"), Path(f"{stem}{FRAG_RATIO_SUFFIX}.csv")]
+    return [out, Path(f"{stem}{FRAG_SUFFIX}.csv"), Path(f"{stem}{FRAG_RATIO_SUFFIX}.csv")]
+
+
+def check_result_path(out: str | Path, flag: str = "--out") -> None:
+    """Before a run: say that the result CSV cannot be written, rather than fail after the run."""
+    out = Path(out)
+    for path in result_paths(out):
+        if path.is_dir():
+            raise SpecError(flag, f"{path} is a folder; give a CSV file name, e.g. {path / 'results.csv'}")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise SpecError(flag, f"{folder} is a file, so {out} cannot be written under it")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecError(flag, f"cannot write in folder {folder}: permission denied")
+
+
+def write_results(rows: Iterable[BenchRow], out: str | Path, flag: str = "--out") -> list[Path]:
+    """Write the CSVs; a path that cannot be written is a SpecError naming `flag`."""
+    out = Path(out)
+    paths = result_paths(out)
     rows = list(rows)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecError(flag, f"cannot create folder {out.parent}: {err.strerror or err}") from None
     for k, path in enumerate(paths):
-        with path.open("w", newline="") as fh:
+        try:
+            fh = path.open("w", newline="")
+        except OSError as err:
+            raise SpecError(flag, f"cannot write {path}: {err.strerror or err}") from None
+        with fh:
             w = csv.writer(fh)
             head = ["workload", "sc_policy", "tune", "seed"] + (["total_gpus"] if k == 0 else [])
             w.writerow(head + [str(x) for x in XS])
