@@ -357,6 +357,31 @@ def test_bench_fgd_out_that_cannot_be_written_is_said_before_the_runs(tmp_path, 
         write_results([], f / "x.csv")
 
 
+def test_file_options_the_trace_does_not_read_are_refused_not_ignored(tmp_path):
+    import shutil
+
+    for flag, what in (("--throughputs", "Gavel"), ("--fgd-results", "openb")):
+        one_error(runner.invoke(app, ["simulate", flag, "/bin/ls"]), f"{flag}: only means", what)
+    tir = ["simulate", "--trace", TIRESIAS, "--cluster", "tiresias-16xV100"]
+    one_error(runner.invoke(app, [*tir, "--durations", "/bin/ls"]), "--durations: only means", "is tiresias")
+    one_error(runner.invoke(app, [*tir, "--throughputs", "/bin/ls"]), "--throughputs: only means")
+    # an openb pod list, for which --fgd-results is read: a file that is not the authors' CSV is said
+    shutil.copy("src/phalanx/data/openb-slice-nodes.csv", tmp_path / "openb_node_list_gpu_node.csv")
+    shutil.copy("src/phalanx/data/openb-slice-pods.csv", tmp_path / "openb_pod_list_x.csv")
+    ob = ["simulate", "--trace", str(tmp_path / "openb_pod_list_x.csv"), "--out", str(tmp_path / "o")]
+    one_error(runner.invoke(app, [*ob, "--fgd-results", "/bin/ls"]), "/bin/ls: not a text file")
+    other = _bench_csv(tmp_path / "a.csv", "openb_pod_list_other", "06-FGD")
+    one_error(runner.invoke(app, [*ob, "--fgd-results", other]), "no rows for workload 'openb_pod_list_x'")
+
+
+def test_negative_cycle_interval_and_an_empty_trace_folder(tmp_path):
+    one_error(runner.invoke(app, ["simulate", "--cycle-interval", "-1"]), "--cycle-interval: must be >= 0")
+    empty = tmp_path / "traces"
+    empty.mkdir()
+    r = runner.invoke(app, ["simulate", "--trace", str(empty)])
+    assert "throughputs" not in one_error(r, f"{empty}: the folder holds no .trace files")
+
+
 def test_cluster_without_a_trace_is_refused():
     one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")
 

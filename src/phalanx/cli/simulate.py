@@ -18,7 +18,7 @@ from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.core.model import Node
 from phalanx.profiles import load_profile
-from phalanx.sim.bench import parse_seeds, workload_name
+from phalanx.sim.bench import parse_seeds, read_table, workload_name
 from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
@@ -90,7 +90,7 @@ def simulate(
     console = Console(stderr=True)
     with user_errors():
         seeds = parse_seeds(seed or ("42-51" if trace is None else "42"), "--seed")
-        _check_numbers(load, tune, eta_every, checkpoint_interval, half_life)
+        _check_numbers(load, tune, eta_every, checkpoint_interval, half_life, cycle_interval)
         modes = _cache_modes(data_cache)
         check_out(out)
         if util.find_spec("matplotlib") is None:  # the report's plots
@@ -112,6 +112,8 @@ def simulate(
         )
         fgd_exps: list[FgdExperiment] = []
         rep_exps: list[ReplayExperiment] = []
+        if trace is None:  # the embedded example or --capture: no trace for these to go with
+            _only_with_kind(None, throughputs, durations, fgd_results)
         if capture is not None:
             if trace is not None or cluster is not None:
                 raise SpecError("--capture", "replays a captured cluster: drop --trace and --cluster")
@@ -225,11 +227,14 @@ def _from_trace(
     trace, cluster = src.trace, src.cluster
     kind = src.fmt or ("csv" if src.mapping else detect_format(trace))
     cl = cluster_arg(cluster) if cluster else default_cluster(kind, trace)
+    _only_with_kind(kind, src.throughputs, src.durations, src.fgd_results)
     notes = [f"Trace {trace} ({kind}); cluster {cl.source}."]
     if kind == "openb":
         pods = openb.load_pods(trace)
-        ref = src.fgd_results or _authors_results(trace)
         full = cluster is None or cluster.name == "openb_node_list_gpu_node.csv"
+        if src.fgd_results is not None:
+            _check_fgd_results(src.fgd_results, workload_name(trace), full)
+        ref = src.fgd_results or _authors_results(trace)
         fgd_exps.append(
             FgdExperiment(
                 name=workload_name(trace),
@@ -309,8 +314,43 @@ def _run(
             r.run(log, lambda m: console.print(f"[dim]{m}[/]"))
 
 
-def _check_numbers(load: float, tune: float, eta_every: int, checkpoint: float, half_life: float) -> None:
+def _only_with_kind(
+    kind: str | None, throughputs: Path | None, durations: Path | None, fgd_results: Path | None
+) -> None:
+    """Refuse a file option the trace's format does not read, rather than ignore it silently
+    (kind None: no --trace, the embedded example or --capture)."""
+    given = {
+        "--throughputs": (throughputs, "gavel", "a Gavel trace (*.trace, or a folder of them)"),
+        "--durations": (durations, "synergy", "a Synergy trace"),
+        "--fgd-results": (fgd_results, "openb", "an openb pod list (--trace openb_pod_list_*.csv)"),
+    }
+    for flag, (path, wants, what) in given.items():
+        if path is not None and kind != wants:
+            got = f"this trace is {kind}" if kind else "no --trace given"
+            raise SpecError(flag, f"only means something with {what}; {got}")
+
+
+def _check_fgd_results(path: Path, workload: str, full: bool) -> None:
+    """--fgd-results: readable, in the artifact's schema, with rows for this workload, and the
+    full openb node list (the authors' curves are for it)."""
+    if not full:
+        raise SpecError(
+            "--fgd-results",
+            "the authors' curves are for the full openb node list (openb_node_list_gpu_node.csv); "
+            "drop --cluster or --fgd-results",
+        )
+    table = read_table(path)
+    if not any(w == workload for w, _ in table):
+        some = ", ".join(sorted({w for w, _ in table})[:5]) or "none"
+        raise SpecError(str(path), f"no rows for workload {workload!r} (its workloads: {some})")
+
+
+def _check_numbers(
+    load: float, tune: float, eta_every: int, checkpoint: float, half_life: float, cycle: float = 0.0
+) -> None:
     """Refuse values the replay would only trip over later (a zero --tune: numpy warnings, no result)."""
+    if not cycle >= 0:
+        raise SpecError("--cycle-interval", f"must be >= 0 seconds (0: off), got {cycle}")
     if not load > 0:
         raise SpecError("--load", f"must be > 0, got {load}")
     if not 0 < tune <= 10:

@@ -41,7 +41,10 @@ def _header(path: Path, kinds: str) -> str:
 
 
 def detect_format(path: Path) -> str:
-    if path.is_dir() or path.suffix == ".trace":
+    if path.is_dir():
+        gavel_files(path)  # a folder is a Gavel trace: say so when it holds none
+        return "gavel"
+    if path.suffix == ".trace":
         return "gavel"
     head = _header(path, TRACE_KINDS)
     cols = {c.strip() for c in head.split(",")}
@@ -83,18 +86,29 @@ def load_jobs(
             )
         return synergy.load_jobs(path, durations)
     if fmt == "gavel":
+        files = gavel_files(path)  # before the throughputs: an empty folder is said as such
         tp_path = throughputs or _find_up(path, "simulation_throughputs.json")
         if tp_path is None:
             raise SpecError("--throughputs", "a Gavel trace needs simulation_throughputs.json")
         table = gavel.load_throughputs(tp_path)
-        files = sorted(path.glob("*.trace")) if path.is_dir() else [path]
-        if not files:
-            raise SpecError(str(path), "no .trace files")
         jobs: list[JobSpec] = []
         for f in files:
             jobs += gavel.load_trace(f, table)
         return jobs
     raise SpecError("--format", f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def gavel_files(path: Path) -> list[Path]:
+    """A Gavel trace: the file itself, or the .trace files of a folder (which must hold some)."""
+    if not path.is_dir():
+        return [path]
+    files = sorted(path.glob("*.trace"))
+    if not files:
+        raise SpecError(
+            str(path),
+            "the folder holds no .trace files; --trace takes a trace file or a folder of Gavel .trace files",
+        )
+    return files
 
 
 def _find_up(path: Path, name: str) -> Path | None:
