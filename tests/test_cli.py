@@ -382,6 +382,106 @@ def test_negative_cycle_interval_and_an_empty_trace_folder(tmp_path):
     assert "throughputs" not in one_error(r, f"{empty}: the folder holds no .trace files")
 
 
+def _rows(output: str) -> list[str]:
+    import re
+
+    return [ln for ln in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines() if ln.startswith("│")]
+
+
+LONG_NODE = "gpu-node-a100-80gb-rack-07-slot-12"
+LONG_POD = "training/llm-pretrain-fp8-worker-000-long-suffix"
+
+
+def test_status_tables_keep_names_whole_in_80_columns(monkeypatch):
+    import phalanx.cli.kube
+    from phalanx.k8s.view.status import Status
+
+    st = Status(
+        gpus=[{"node": LONG_NODE, "gpu": 0, "model": "A100", "free": "0", "held_by": f"{LONG_POD}, other"}],
+        pending=[
+            {"workload": "training/a-workload-with-a-long-name", "why": "no room " * 12, "forecast": "-"}
+        ],
+    )
+    monkeypatch.setattr(phalanx.cli.kube, "_connect", lambda *a: object())
+    monkeypatch.setattr(phalanx.cli.kube, "collect", lambda api, cfg: st)
+    r = runner.invoke(app, ["status"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    rows = _rows(r.output)
+    assert any(LONG_NODE in ln and LONG_POD in ln for ln in rows), r.output
+    assert any("training/a-workload-with-a-long-name" in ln for ln in rows), r.output
+
+
+def test_status_shadow_tables_keep_names_whole_in_80_columns(monkeypatch):
+    import phalanx.cli.shadow
+
+    summary = {
+        "scheduler": "default-scheduler",
+        "profile": "phalanx",
+        "judged": 1,
+        "agreed": 0,
+        "by_reason": [{"verdict": "disagree", "reason": "fragmentation " * 8, "pods": 1}],
+        "recent": [
+            {
+                "pod": LONG_POD,
+                "real": LONG_NODE,
+                "ours": f"{LONG_NODE}-b",
+                "verdict": "disagree",
+                "reason": "x " * 40,
+            }
+        ],
+    }
+    monkeypatch.setattr(phalanx.cli.shadow, "fetch_summary", lambda *a: summary)
+    r = runner.invoke(app, ["status", "--shadow", "http://shadow:8090"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert any(LONG_POD in ln and f"{LONG_NODE}-b" in ln for ln in _rows(r.output)), r.output
+
+
+def test_demo_table_keeps_workload_names_whole_in_80_columns(monkeypatch):
+    import phalanx.k8s.lab.demo
+    from phalanx.k8s.lab.demo import CopyReport, WorkloadRow
+
+    rows = [WorkloadRow("training/llm-pretrain-gang-with-a-long-name", 4, 2, 8.0, "stuck: half a gang " * 3)]
+    monkeypatch.setattr(phalanx.k8s.lab.demo, "run", lambda: [CopyReport("kube-scheduler", rows)])
+    r = runner.invoke(app, ["demo"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert any("training/llm-pretrain-gang-with-a-long-name" in ln for ln in _rows(r.output)), r.output
+
+
+def test_schedule_gpus_fold_rather_than_cut_in_an_80_column_terminal(tmp_path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "workloads:\n  - {name: llm-pretrain-fp8-run, "
+        "podsets: [{name: worker-with-a-long-name, count: 1, gpu: 8}]}\n"
+    )
+    r = runner.invoke(app, ["schedule", "--workloads", str(wl)], env={"COLUMNS": "80", "FORCE_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    rows = _rows(r.output)
+    first = next(k for k, ln in enumerate(rows) if "llm-pretrain-fp8-run" in ln)
+    gpus = ""
+    for ln in rows[first:]:
+        if ln.split("│")[1].strip() not in ("", "llm-pretrain-fp8-run"):
+            break
+        gpus += ln.split("│")[4].strip()
+    assert gpus == "0,1,2,3,4,5,6,7", rows
+    assert "…" not in "".join(rows)
+
+
+def test_bench_diff_gives_ours_theirs_delta_their_own_columns_and_dashes_for_a_missing_point(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "openb_pod_list_gpushare100"
+    a = _bench_csv(tmp_path / "a.csv", name, "06-FGD")
+    head = "workload,sc_policy,tune,seed,total_gpus," + ",".join(str(x) for x in range(131))
+    (tmp_path / "b.csv").write_text(head + f"\n{name},06-FGD,1.3,42,8," + ",".join(["49.5"] * 130) + ",\n")
+    r = runner.invoke(app, ["bench", "diff", a, str(tmp_path / "b.csv")])
+    assert r.exit_code == 0, r.output
+    assert "nan" not in r.output
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in _rows(r.output)]
+    assert [name, "06-FGD", "1", "100", "50.00", "49.50", "+0.50"] in rows, r.output
+    assert [name, "06-FGD", "1", "130", "50.00", "-", "-"] in rows, r.output
+
+
 def test_cluster_without_a_trace_is_refused():
     one_error(runner.invoke(app, ["simulate", "--cluster", "tiresias-16xV100"]), "--cluster: needs --trace")
 

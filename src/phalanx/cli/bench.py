@@ -117,24 +117,34 @@ def bench_diff(
                 f"{ours} vs {theirs}",
                 f"they share no points (no workload and policy of ours has a value at x={at} in theirs)",
             )
-    t = Table(title=f"{ours.name} vs {theirs.name} (mean over seeds)")
+    # one row per point, ours, theirs and delta each in a column: an 80-column terminal never
+    # stacks them (a cell 'ours / theirs / delta' per x did, over three lines)
+    t = Table(title=f"{ours.name} vs {theirs.name} (mean over seeds, GPU allocation %)")
     name_column(t, "workload")
     name_column(t, "policy")
-    t.add_column("seeds")
-    for x in xs:
-        t.add_column(f"x={x} ours / theirs / delta")
+    for col in ("seeds", "x", "ours", "theirs", "delta"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        cells = []
-        for x in xs:
+        for k, x in enumerate(xs):
             a, b = r.ours[x], r.theirs[x]
-            if math.isnan(b):
-                cells.append(f"{a:.2f} / - / -")
-            else:
-                d = a - b
-                mark = "[red]" if abs(d) > tolerance else ""
-                cells.append(f"{a:.2f} / {b:.2f} / {mark}{d:+.2f}")
-        t.add_row(r.workload, r.policy, str(r.seeds), *cells)
+            d = a - b
+            mark = "[red]" if abs(d) > tolerance else ""
+            t.add_row(
+                r.workload,
+                r.policy,
+                str(r.seeds),
+                str(x),
+                _num(a),
+                _num(b),
+                "-" if math.isnan(d) else f"{mark}{d:+.2f}",
+                end_section=k == len(xs) - 1,
+            )
     print_table(t)
+
+
+def _num(v: float) -> str:
+    """A point missing on one side: '-', not 'nan'."""
+    return "-" if math.isnan(v) else f"{v:.2f}"
 
 
 __all__ = ["bench_app", "builtin_names"]

@@ -15,6 +15,7 @@ from rich.table import Table
 from phalanx.cli import options as opt
 from phalanx.cli.errors import user_errors
 from phalanx.cli.serving import serving_tls
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.k8s.act.shares import parse_reservation_extras
 from phalanx.k8s.client.api import Api
@@ -283,10 +284,17 @@ def _table(console: Console, title: str, rows: list[dict[str, object]]) -> None:
         return
     t = Table(title=title)
     for k in rows[0]:
-        t.add_column(k)
+        if k in NAME_KEYS:
+            name_column(t, k)
+        else:
+            t.add_column(k)
     for r in rows:
         t.add_row(*[f"{v:g}" if isinstance(v, float) else str(v) for v in r.values()])
-    console.print(t)
+    print_table(t, console)
+
+
+# the columns of `phalanx status` that hold names (never broken over lines; the others wrap)
+NAME_KEYS = frozenset({"shard", "queue", "parent", "node", "workload"})
 
 
 def demo() -> None:
@@ -312,11 +320,12 @@ def demo() -> None:
             raise SpecError("PHALANX_K8S_ASSETS", str(e)) from None
     for r in reports:
         t = Table(title=r.scheduler, title_justify="left")
-        for col in ("workload", "pods bound", "GPUs held", "state"):
+        name_column(t, "workload")
+        for col in ("pods bound", "GPUs held", "state"):
             t.add_column(col)
         for row in r.rows:
             t.add_row(row.name, f"{row.bound}/{row.pods}", f"{row.gpus_held:g}", row.state)
-        console.print(t)
+        print_table(t, console)
     for r in reports:
         console.print(
             f"{r.scheduler}: {r.stuck_gpus:g} GPUs held by gangs that cannot start, "

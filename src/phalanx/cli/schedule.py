@@ -112,7 +112,7 @@ def print_tables(profile: str, cycles: int, binds: list[Bind], pending: list[Pen
     for col in ("workload", "task", "node"):
         name_column(t, col)
     for col in ("GPUs", "share / slice", "NICs"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # "0,1,...,7" folds over lines, never cut to "0,1,2,…"
     for b in sorted(binds, key=lambda b: (b.workload, b.task)):
         if b.mig is not None:
             share = f"MIG {b.mig.profile} @ slot {b.mig.start}"

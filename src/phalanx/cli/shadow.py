@@ -16,6 +16,7 @@ from rich.table import Table
 
 from phalanx.cli.errors import user_errors
 from phalanx.cli.serving import serving_tls
+from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.k8s.client.api import Api
@@ -100,11 +101,12 @@ def print_summary(s: dict[str, object]) -> None:
     rows = s.get("by_reason") or []
     if isinstance(rows, list) and rows:
         t = Table(title="Agreements and disagreements")
-        for col in ("verdict", "reason", "pods"):
+        name_column(t, "verdict")
+        for col in ("reason", "pods"):
             t.add_column(col)
         for r in rows:
             t.add_row(str(r["verdict"]), str(r["reason"]), str(r["pods"]))
-        console.print(t)
+        print_table(t, console)
     partial = s.get("partial_gangs") or {}
     if isinstance(partial, dict):
         for name, text in partial.items():
@@ -119,11 +121,12 @@ def print_summary(s: dict[str, object]) -> None:
     recent = s.get("recent") or []
     if isinstance(recent, list) and recent:
         t = Table(title="Latest judged placements")
-        for col in ("pod", str(s.get("scheduler") or "scheduler"), "Phalanx", "verdict", "reason"):
-            t.add_column(col, overflow="fold")
+        for col in ("pod", str(s.get("scheduler") or "scheduler"), "Phalanx", "verdict"):
+            name_column(t, col)  # pod and node names, whole
+        t.add_column("reason")
         for v in recent[:20]:
             t.add_row(v["pod"], v["real"], v["ours"] or "wait", v["verdict"], v["reason"])
-        console.print(t)
+        print_table(t, console)
 
 
 def status_shadow(url: str, token: str, verify: bool) -> None:
