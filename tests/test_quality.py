@@ -37,3 +37,25 @@ def test_layering_contract_kept():
     r = _run(_tool("lint-imports"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "broken" in r.stdout and "0 broken" in r.stdout
+
+
+def test_user_facing_text_names_no_internal_issue_numbers():
+    """README, docs, the chart and the CLI's help and messages say what changed, not 'since issue 26'
+    (docs/benchmarks.md records runs by the issue that made them, and is left out)."""
+    import re
+
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "src/phalanx/cli").glob("*.py")]
+    files += [
+        p
+        for p in (ROOT / "deploy").rglob("*")
+        if p.is_file() and p.suffix in (".yaml", ".yml", ".md", ".txt", ".tpl")
+    ]
+    issue = re.compile(r"\bissues? #?[0-9]+", re.IGNORECASE)
+    found = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        if p.name != "benchmarks.md"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if issue.search(line)
+    ]
+    assert not found, "\n".join(found)
