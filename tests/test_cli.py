@@ -254,6 +254,22 @@ def test_a_job_that_can_never_fit_is_said_once(tmp_path, monkeypatch):
     assert "big (64 GPUs" in warn[0] and "16 GPUs, at most 8 per node" in warn[0] and "a (" not in warn[0]
 
 
+def test_replay_table_shows_jobs_done_and_the_headline_says_who_finished_fewer(tmp_path, monkeypatch):
+    import phalanx.report.render
+
+    monkeypatch.setattr(phalanx.report.render, "render", lambda out, *a: out / "index.html")  # no plots
+    # fifo keeps to arrival order: "big" can never fit, so "b" behind it never starts either
+    args = _tiny_replay(tmp_path, [("a", 0, 2), ("big", 10, 64), ("b", 20, 2)])
+    args[args.index("fifo")] = "phalanx,fifo"
+    r = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in _rows(r.output.split("gangs")[0])}
+    assert rows.get("phalanx") == "2/3" and rows.get("fifo") == "1/3", r.output
+    text = " ".join(r.output.split())
+    assert "only phalanx finished 2 of 3 jobs" in text, text
+    assert "fifo finished 1 of 3 jobs: its average JCT counts only those" in text, text
+
+
 def test_never_fit_counts_only_sure_cases():
     from phalanx.core.model import Gpu, Node
     from phalanx.sim.jobs import JobSpec, never_fit

@@ -113,3 +113,28 @@ def test_a_one_run_lead_that_rounds_to_nothing_is_a_tie() -> None:
     rows[1]["avg_jct_s"] = 3800.0
     said = replay_headline("capture", rows)
     assert "phalanx-queues has the lowest" in said and "5 % below k8s-default" in said
+
+
+def test_a_profile_that_finished_fewer_jobs_is_said_not_ranked_on_its_average_jct() -> None:
+    from phalanx.report.headline import replay_headline
+
+    rows = [
+        {"profile": "phalanx", "jobs": 3, "completed": 3, "avg_jct_s": 300.0},
+        {"profile": "k8s-default", "jobs": 3, "completed": 3, "avg_jct_s": 400.0},
+        {"profile": "fifo", "jobs": 3, "completed": 1, "avg_jct_s": 100.0},  # lowest, over 1 job
+    ]
+    said = replay_headline("t", rows)
+    assert "among the profiles that finished all 3 jobs, phalanx has the lowest" in said, said
+    assert "25 % below k8s-default" in said and "fifo has" not in said
+    assert "fifo finished 1 of 3 jobs: its average JCT counts only those, so it is not compared." in said
+    said = replay_headline("t", [rows[0], rows[2]])
+    assert "only phalanx finished all 3 jobs, with an average job completion time of 300 s" in said, said
+    assert "fifo finished 1 of 3 jobs" in said
+    rows[2].update(completed=0, avg_jct_s=float("nan"))
+    assert replay_headline("t", rows).endswith("fifo finished none of the 3 jobs."), replay_headline(
+        "t", rows
+    )
+    for r in rows:  # all finished the same number: ranked as before, nothing more said
+        r.update(completed=3, avg_jct_s=500.0 if r["profile"] == "fifo" else r["avg_jct_s"])
+    said = replay_headline("t", rows)
+    assert "phalanx has the lowest" in said and "finished" not in said and "among" not in said, said

@@ -171,23 +171,74 @@ TIE_SHARE = 0.005  # a lead under half a per cent of the JCT, in a single run, i
 
 
 def replay_headline(name: str, rows: Sequence[Mapping[str, object]]) -> str:
-    """The time replay's headline: the lowest average JCT (one run: the replay has one seed)."""
+    """The time replay's headline: the lowest average JCT (one run: the replay has one seed).
+
+    A profile's average JCT counts only the jobs it completed, so profiles are ranked only among
+    those that completed the most jobs; the others are named with what they completed."""
+    done = completed_counts(rows)
+    top = max((c for c, _ in done.values()), default=0)
+    behind = {p: cn for p, cn in done.items() if cn[0] < top}
+    if not behind:
+        return _jct_headline(name, rows, "")
+    ranked = [r for r in rows if str(r["profile"]) not in behind]
+    jobs = max(n for _, n in done.values())
+    every = f"all {jobs:,} jobs" if top == jobs else f"{top:,} of {jobs:,} jobs"
+    return f"{_jct_headline(name, ranked, every)} {_behind_sentence(behind)}"
+
+
+def completed_counts(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[int, int]]:
+    """Per profile: (jobs completed, jobs), where the rows say both."""
+    out = {}
+    for r in rows:
+        c, n = r.get("completed"), r.get("jobs")
+        if isinstance(c, int) and isinstance(n, int):
+            out[str(r["profile"])] = (c, n)
+    return out
+
+
+def _behind_sentence(behind: Mapping[str, tuple[int, int]]) -> str:
+    """E.g. 'fifo finished 1 of 3 jobs: its average JCT counts only those, so it is not compared.'"""
+    order = sorted(behind.items(), key=lambda x: (-x[1][0], x[0]))
+    some = [f"{p} finished {c:,} of {n:,} jobs" for p, (c, n) in order if c]
+    none = [f"{p} finished none of the {n:,} jobs" for p, (c, n) in order if not c]
+    out = []
+    if some:
+        its = "its average JCT counts" if len(some) == 1 else "their average JCTs count"
+        they = "it is" if len(some) == 1 else "they are"
+        out.append(f"{_and(some)}: {its} only those, so {they} not compared.")
+    if none:
+        out.append(f"{_and(none)}.")
+    return " ".join(out)
+
+
+def _and(parts: Sequence[str]) -> str:
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+
+
+def _jct_headline(name: str, rows: Sequence[Mapping[str, object]], every: str) -> str:
+    """The lowest average JCT among `rows`; `every`: what they all finished, when others did not."""
     who, v, rest = _best(rows, "avg_jct_s", high=False)
+    among = f"among the profiles that finished {every}, " if every else ""
     if not who:
-        return ""
+        return f"In the time replay of {name}, no profile finished {every}." if every else ""
     if rest:
         other, ov = rest[0]
         if ov - v <= TIE_SHARE * ov:  # would read "0 % below": one run cannot tell them apart
             tied = [who, *(p for p, x in rest if x - v <= TIE_SHARE * x)]
             names = ", ".join(tied[:-1]) + f" and {tied[-1]}"
             return (
-                f"In the time replay of {name} (one run, no spread over seeds), {names} tie on "
+                f"In the time replay of {name} (one run, no spread over seeds), {among}{names} tie on "
                 f"average job completion time ({seconds(v)}, within {100 * TIE_SHARE:.1f} % of the lowest)."
             )
         return (
-            f"In the time replay of {name} (one run, no spread over seeds), {who} has the lowest "
+            f"In the time replay of {name} (one run, no spread over seeds), {among}{who} has the lowest "
             f"average job completion time, {seconds(v)}, "
             f"{100 * (ov - v) / ov:.0f} % below {other} ({seconds(ov)})."
+        )
+    if every:
+        return (
+            f"In the time replay of {name}, only {who} finished {every}, "
+            f"with an average job completion time of {seconds(v)}."
         )
     return f"In the time replay of {name}, {who} has an average job completion time of {seconds(v)}."
 
@@ -238,6 +289,9 @@ def split_sentence(rows: Sequence[Mapping[str, object]], results: Mapping[str, R
     top = max(alloc, key=lambda p: (alloc[p], p))
     fast = min(jct, key=lambda p: (jct[p], p))
     if top == fast or top not in jct or fast not in alloc or alloc[top] - alloc[fast] < 0.5:
+        return ""
+    done = completed_counts(rows)
+    if done.get(top, (0, 0))[0] != done.get(fast, (0, 0))[0]:  # JCTs over different jobs: no story
         return ""
     a, b = gpu_time(results[top]), gpu_time(results[fast])
     if not (a.work > 0 and b.work > 0):
