@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from importlib import resources, util
 from pathlib import Path
@@ -22,9 +21,10 @@ from phalanx.sim.bench import parse_seeds, read_table, workload_name
 from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.experiment import FgdExperiment, ReplayExperiment
 from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
-from phalanx.sim.jobs import JobSpec, never_fit
+from phalanx.sim.jobs import never_fit
 from phalanx.sim.replay import NodeOutage
 from phalanx.sim.runtime import RuntimeModel, load_runtime
+from phalanx.sim.sweep import at_load
 from phalanx.sim.traces import openb, tiresias
 from phalanx.sim.traces.rows import read_rows
 
@@ -198,7 +198,7 @@ def _embedded(k: _Knobs, fgd_exps: list[FgdExperiment], rep_exps: list[ReplayExp
         ReplayExperiment(
             name="tiresias-60job",
             nodes=rnodes,
-            jobs=_speed(jobs, k.load),
+            jobs=at_load(jobs, k.load),
             profiles=_profiles(k.profiles, DEFAULT_REPLAY_PROFILES),
             topology_levels=levels,
             datasets={},
@@ -254,7 +254,7 @@ def _from_trace(
             ReplayExperiment(
                 name=trace.stem + (f" (data cache: {mode})" if mode else ""),
                 nodes=cl.nodes,
-                jobs=_speed(jobs, k.load),
+                jobs=at_load(jobs, k.load),
                 profiles=_profiles(k.profiles, default),
                 topology_levels=cl.levels,
                 datasets=cl.datasets,
@@ -398,13 +398,6 @@ def _profiles(arg: str | None, default: str) -> list[str]:
     for n in names:
         load_profile(n)
     return names
-
-
-def _speed(jobs: list[JobSpec], load: float) -> list[JobSpec]:
-    if load == 1.0:
-        return jobs
-    t0 = min(j.submit for j in jobs)
-    return [dataclasses.replace(j, submit=t0 + (j.submit - t0) / load) for j in jobs]
 
 
 def _authors_results(trace: Path) -> Path | None:
