@@ -59,3 +59,37 @@ def test_user_facing_text_names_no_internal_issue_numbers():
         if issue.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    import re
+
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_the_docs_relative_links_and_anchors_lead_somewhere():
+    """A newcomer following README.md and docs/ meets no dead link: every relative link names a
+    file of the repository, and every #anchor a heading of that file."""
+    import re
+
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files += sorted(ROOT.glob("deploy/**/*.md")) + sorted(ROOT.glob("src/phalanx/data/*.md"))
+    link = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+    dead = []
+    for f in files:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            for m in link.finditer(line):
+                target = m.group(1)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                    continue  # a URL
+                path, _, anchor = target.partition("#")
+                dest = (f.parent / path) if path else f
+                if not dest.exists():
+                    dead.append(f"{f.relative_to(ROOT)}:{n}: {target} (no such file)")
+                elif anchor and dest.suffix == ".md":
+                    heads = {_slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)}
+                    if anchor not in heads:
+                        dead.append(f"{f.relative_to(ROOT)}:{n}: {target} (no such heading)")
+    assert not dead, "\n".join(dead)
