@@ -57,3 +57,29 @@ def test_a_capture_with_no_workload_of_that_scheduler_is_one_clear_error(tmp_pat
         app, ["simulate", "--capture", str(tmp_path / "c.json"), "--scheduler-name", "nobody"]
     )
     assert r.exit_code == 2 and "no workload of 'nobody'" in r.output
+
+
+def test_a_capture_sweeps_over_profiles_and_seeds_with_the_figures_simulate_gives(tmp_path: Path) -> None:
+    """`phalanx sweep --capture`: the same what-if replay, a row per profile and seed."""
+    _capture(tmp_path / "c.json")
+    base = ["--capture", str(tmp_path / "c.json"), "--profiles", "phalanx,fifo"]
+    r = CliRunner().invoke(app, ["simulate", *base, "--out", str(tmp_path / "sim")])
+    assert r.exit_code == 0, r.output
+    sim = {row["profile"]: row for row in csv.DictReader((tmp_path / "sim" / "metrics.csv").open())}
+    r = CliRunner().invoke(
+        app, ["sweep", *base, "--seeds", "1-2", "--workers", "1", "--no-cache", "--out", str(tmp_path / "sw")]
+    )
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader((tmp_path / "sw" / "sweep.csv").open()))
+    got = sorted((row["profile"], row["seed"], row["cluster"]) for row in rows)
+    assert got == [(p, s, "capture") for p in ("fifo", "phalanx") for s in ("1", "2")]
+    for row in rows:
+        want = sim[row["profile"]]
+        for k in ("completed", "avg_jct_s", "p95_wait_s"):
+            assert float(row[k]) == float(want[k]), (row["profile"], k)
+    for bad, said in (
+        (["--loads", "2"], "no load applies"),
+        (["--trace", str(tmp_path / "c.json")], "drop --trace"),
+    ):
+        r = CliRunner().invoke(app, ["sweep", *base, *bad, "--no-cache", "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2 and said in r.output, r.output

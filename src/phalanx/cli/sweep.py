@@ -40,7 +40,12 @@ def sweep(
     profiles: Annotated[
         str | None, typer.Option(help="Comma-separated profiles (default: phalanx,fifo,k8s-default).")
     ] = None,
-    loads: Annotated[str, typer.Option(help="Comma-separated loads (arrival rate x the trace's).")] = "1,2",
+    loads: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated loads (arrival rate x the trace's; default 1,2, with --capture 1)."
+        ),
+    ] = "",
     seeds: Annotated[str, typer.Option(help="Seeds: 1-3 or 1,5,9 (the replays' random tie-breaks).")] = "1-3",
     first: Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")] = 0,
     fmt: opt.TraceFormat = None,
@@ -62,6 +67,15 @@ def sweep(
         typer.Option(help="Where results are kept by input digest: a re-run computes only what changed."),
     ] = DEFAULT_CACHE,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Compute every point, keep nothing.")] = False,
+    capture: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file from `phalanx capture`: sweep the what-if replay of that cluster (its running "
+            "and waiting work) instead of a trace; a load does not apply (every workload is there at start)."
+        ),
+    ] = None,
+    scheduler_name: opt.CapturedSchedulerName = "default-scheduler",
+    default_runtime: opt.DefaultRuntime = 3600.0,
     cycle_interval: opt.CycleInterval = 0.0,
     checkpoint_interval: opt.CheckpointInterval = 300.0,
     half_life: opt.HalfLife = 0.0,
@@ -82,9 +96,18 @@ def sweep(
         check_out(out)
         if not no_cache and cache.exists() and not cache.is_dir():
             raise SpecError("--cache", f"{cache} is a file; give a folder (it is created if missing)")
-        load_list = _loads(loads)
+        load_list = _loads(loads or ("1" if capture is not None else "1,2"))
         seed_list = parse_seeds(seeds, "--seeds")
-        variants, notes, queued = _variants(trace, cluster or [], fmt, mapping, throughputs, durations, first)
+        if capture is not None:
+            if trace is not None or cluster:
+                raise SpecError("--capture", "sweeps a captured cluster: drop --trace and --cluster")
+            if load_list != [1.0]:
+                raise SpecError("--loads", "a captured cluster's work is all there at start: no load applies")
+            variants, notes, queued = _captured(capture, scheduler_name, default_runtime)
+        else:
+            variants, notes, queued = _variants(
+                trace, cluster or [], fmt, mapping, throughputs, durations, first
+            )
         names = [
             p.strip()
             for p in (profiles or (DEFAULT_QUEUE_PROFILES if queued else DEFAULT_PROFILES)).split(",")
@@ -136,6 +159,28 @@ def _loads(text: str) -> list[float]:
             raise SpecError("--loads", f"a load must be > 0, got {part.strip()}")
         out.append(v)
     return out
+
+
+def _captured(
+    path: Path, scheduler_name: str, default_runtime: float
+) -> tuple[list[Variant], list[str], bool]:
+    """`--capture`: the captured cluster as `phalanx simulate --capture` replays it (`phalanx.cli.whatif`)."""
+    if not default_runtime > 0:
+        raise SpecError("--default-runtime", f"must be > 0 seconds, got {default_runtime}")
+    from phalanx.cli.whatif import experiment
+    from phalanx.k8s.config import AdapterConfig
+    from phalanx.k8s.trial.capture import load as load_capture
+    from phalanx.sim.runtime import RuntimeModel
+
+    c = load_capture(path)
+    exp, notes = experiment(
+        c, AdapterConfig(scheduler_name=scheduler_name), [], default_runtime, RuntimeModel(), 0
+    )
+    if not exp.jobs:
+        raise SpecError("--capture", f"no workload of {scheduler_name!r} in {path} (--scheduler-name?)")
+    digest = file_digest(path, f"scheduler={scheduler_name};default-runtime={default_runtime}")
+    v = Variant("capture", exp.nodes, exp.jobs, exp.topology_levels, exp.datasets, exp.queues, digest)
+    return [v], notes, exp.queues is not None
 
 
 def _variants(
