@@ -213,6 +213,36 @@ def test_node_failure_restarts_the_job_from_its_last_checkpoint():
     assert never.jobs[0].end == pytest.approx(145.0)  # no checkpoints: starts over
 
 
+def test_each_eviction_counts_its_restart_in_gpu_hours():
+    """A high-priority job evicts a running one: its restart (60 s of its 2 GPUs by default, or what
+    the job says) is counted beside the work lost; a node failure is not an eviction."""
+    nodes = [Node("n0", 32_000, 65536, tuple(Gpu(k, "V100", 16384) for k in range(2)))]
+    low = JobSpec("low", 0.0, 1000.0, 2, priority=0)
+    high = JobSpec("high", 100.0, 100.0, 2, priority=10)
+    res = replay(nodes, [low, high], load_profile("phalanx-queues"), checkpoint_interval=50)
+    s = res.summary()
+    assert s["evictions"] == 1 and s["evicted_gpus"] == 2
+    assert s["lost_gpu_h_restart"] == pytest.approx(2 * 60 / 3600)
+    said = replay(
+        nodes, [JobSpec("low", 0.0, 1000.0, 2, restart_s=300.0), high], load_profile("phalanx-queues")
+    )
+    assert said.summary()["lost_gpu_h_restart"] == pytest.approx(2 * 300 / 3600)
+    free = replay(nodes, [low, high], load_profile("phalanx-queues"), restart_cost=0.0)
+    assert free.summary()["lost_gpu_h_restart"] == 0
+    with pytest.raises(SpecError, match="restart cost must be a finite number of seconds >= 0"):
+        JobSpec("bad", 0.0, 1.0, 1, restart_s=-1.0)
+
+
+def test_a_generic_csv_says_each_jobs_restart_cost(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("ts,dur,gpus,restart\n0,10,1,120\n5,10,1,x\n")
+    m = generic.parse_mapping("submit=ts,duration=dur,gpus=gpus,restart=restart")
+    with pytest.raises(SpecError, match=r"t\.csv:3"):
+        generic.load_jobs(f, m)
+    f.write_text("ts,dur,gpus,restart\n0,10,1,120\n")
+    assert generic.load_jobs(f, m)[0].restart_s == 120.0
+
+
 def test_loaders_report_file_and_line():
     with pytest.raises(SpecError, match=r"tiresias-bad\.csv:3: column 'duration' must be >= 0, got -5"):
         tiresias.load_jobs(FIX / "tiresias-bad.csv")

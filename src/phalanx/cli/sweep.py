@@ -79,6 +79,10 @@ def sweep(
     cycle_interval: opt.CycleInterval = 0.0,
     checkpoint_interval: opt.CheckpointInterval = 300.0,
     half_life: opt.HalfLife = 0.0,
+    restart_cost: Annotated[
+        float,
+        typer.Option(help="Seconds of its GPUs an evicted run costs to start again (counted, in GPU-h)."),
+    ] = 60.0,
     out: opt.OutDir = Path("sweep-out"),
 ) -> None:
     """Replay one trace over a grid of profiles, loads, seeds and clusters; one report compares them
@@ -89,6 +93,8 @@ def sweep(
             raise SpecError("--workers", f"must be >= 0, got {workers}")
         if first < 0:
             raise SpecError("--first", f"must be >= 0, got {first}")
+        if not restart_cost >= 0:
+            raise SpecError("--restart-cost", f"must be >= 0 seconds, got {restart_cost}")
         if dask and util.find_spec("distributed") is None:
             raise SpecError("--dask", "needs Dask's distributed scheduler: pip install 'phalanx[sweep]'")
         if util.find_spec("matplotlib") is None:  # the report's plots, said before the replays run
@@ -117,7 +123,7 @@ def sweep(
             [n for n in names if n],
             load_list,
             seed_list,
-            Knobs(cycle_interval, checkpoint_interval, half_life),
+            Knobs(cycle_interval, checkpoint_interval, half_life, restart_cost),
             cache=None if no_cache else cache,
             workers=workers,
             dask=dask,

@@ -31,6 +31,7 @@ FIGURES = {
     "jain_index": ("Jain's fairness index", ""),
     "evictions": ("evictions", ""),
     "lost_gpu_h_preempt": ("GPU-hours lost to preemption", "GPU-h"),
+    "lost_gpu_h_restart": ("GPU-hours restarting evicted runs", "GPU-h"),
 }
 KEY = ("cluster", "profile", "load")
 

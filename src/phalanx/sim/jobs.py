@@ -55,6 +55,7 @@ class JobSpec:
     min_tasks: int = 0  # elastic: runs with min_tasks..task_count tasks (0: rigid gang)
     where: str = ""
     groups: tuple[JobGroup, ...] = ()  # a multi-level gang: its tasks split into these subgroups
+    restart_s: float | None = None  # what an eviction costs its GPUs to start again; None: the replay's
 
     def __post_init__(self) -> None:
         where = self.where or f"job {self.name}"
@@ -66,6 +67,10 @@ class JobSpec:
             raise SpecError(where, f"GPU count must be >= 0, got {self.gpus}")
         if self.tasks < 0:
             raise SpecError(where, f"task count must be >= 0, got {self.tasks}")
+        if self.restart_s is not None and not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise SpecError(
+                where, f"restart cost must be a finite number of seconds >= 0, got {self.restart_s}"
+            )
         if self.checkpoint_interval is not None and not self.checkpoint_interval >= 0:
             raise SpecError(where, f"checkpoint interval must be >= 0 s, got {self.checkpoint_interval}")
         if self.min_tasks < 0 or self.min_tasks > self.task_count:

@@ -107,6 +107,9 @@ class ReplayResult:
     data: DataCache | None = None
     eviction_times: list[float] = field(default_factory=list)  # when each evicted run stopped
     evicted_gpus: float = 0.0  # GPUs held by the runs evicted, summed (what restarts would cost)
+    # GPU-seconds spent starting evicted runs again (rendezvous, image, data loader, NCCL init):
+    # counted, not yet played out in time (the run resumes at once)
+    restart_gpu_s: float = 0.0
 
     def evictions_per_hour(self) -> tuple[float, float]:
         """Evictions per hour over the middle half of completions (steady state), and in the worst hour."""
@@ -170,6 +173,7 @@ class ReplayResult:
             "evicted_tasks": self.evicted_tasks,
             "lost_gpu_h_preempt": self.lost_preempt_gpu_s / 3600,
             "lost_gpu_h_failure": self.lost_failure_gpu_s / 3600,
+            "lost_gpu_h_restart": self.restart_gpu_s / 3600,
             "evicted_gpus": self.evicted_gpus,
             "evictions_per_h_steady": self.evictions_per_hour()[0],
             "evictions_worst_hour": self.evictions_per_hour()[1],
@@ -243,8 +247,12 @@ def replay(
     large_gpus: int = 8,
     eta_every: int = 0,
     data_cache: DataCache | None = None,
+    restart_cost: float = 60.0,
 ) -> ReplayResult:
     """Replay `jobs`; `estimates`: workloads carry their trace duration as the run-time estimate.
+
+    `restart_cost`: seconds of its GPUs an evicted run costs to start again (a job's `restart_s`
+    says otherwise), counted in `lost_gpu_h_restart`.
 
     `eta_every`: forecast the start of every n-th job that has to wait when it arrives
     (`phalanx.core.forecast`), to measure the forecast against when it really started.
@@ -260,6 +268,7 @@ def replay(
         half_life=half_life,
         large_gpus=large_gpus,
         eta_every=eta_every,
+        restart_cost=restart_cost,
     )
     inputs = ReplayInputs(
         nodes=nodes,
@@ -302,6 +311,7 @@ class ReplaySettings:
     half_life: float = 0.0
     large_gpus: int = 8
     eta_every: int = 0
+    restart_cost: float = 60.0
 
 
 class ReplayRun:
@@ -518,6 +528,8 @@ class ReplayRun:
                 out.lost_preempt_gpu_s += lost
                 out.eviction_times.append(now)
                 out.evicted_gpus += r.held
+                cost = r.spec.restart_s if r.spec.restart_s is not None else self.settings.restart_cost
+                out.restart_gpu_s += cost * r.held
             else:
                 out.lost_failure_gpu_s += lost
         r.run_start = None

@@ -70,6 +70,7 @@ class Knobs:
     cycle_interval: float = 0.0
     checkpoint_interval: float = 300.0
     half_life: float = 0.0
+    restart_cost: float = 60.0
 
 
 def grid(
@@ -140,6 +141,7 @@ def run_point(v: Variant, profile: Profile, p: Point, knobs: Knobs) -> Row:
         checkpoint_interval=knobs.checkpoint_interval,
         half_life=knobs.half_life,
         eta_every=0,
+        restart_cost=knobs.restart_cost,
     )
     s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in res.summary().items()}
     return {

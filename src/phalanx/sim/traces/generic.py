@@ -36,6 +36,7 @@ FIELDS = (
     "cpu",
     "memory",
     "gpu_milli",
+    "restart",
 )
 
 
@@ -92,6 +93,7 @@ def load_jobs(path: str | Path, mapping: dict[str, str], delimiter: str = ",") -
                     gpus=row.int(m["gpus"]) if "gpus" in m else 1,
                     tasks=row.int(m["tasks"]) if "tasks" in m else 0,
                     min_tasks=row.int(m["min_tasks"]) if "min_tasks" in m else 0,
+                    restart_s=row.float(m["restart"]) if "restart" in m else None,
                     queue=row.text(m["queue"], "default") if "queue" in m else "default",
                     user=row.text(m["user"], "") if "user" in m else "",
                     model=row.text(m["model"], "") if "model" in m else "",
