@@ -667,16 +667,30 @@ def test_gpu_shares_run_on_the_gpu_their_reservation_pod_holds(plugins: Side) ->
         ]
         return live if len(live) == 2 else None
 
+    seen: list[str] = []  # the reservation pods as last looked at: said if a wait times out
+
     def held() -> dict[str, Any] | None:
-        rs = [p for p in reservations(k) if not p["metadata"].get("deletionTimestamp")]
+        every = reservations(k)
+        seen[:] = [
+            f"{p['metadata']['name']} ({phase(p)}, gpu {annotations(p).get(keys.RESERVED_GPU) or '-'}"
+            f"{', deleting' if p['metadata'].get('deletionTimestamp') else ''})"
+            for p in every
+        ]
+        rs = [p for p in every if not p["metadata"].get("deletionTimestamp")]
         return (
             rs[0]
             if len(rs) == 1 and annotations(rs[0]).get(keys.RESERVED_GPU) and phase(rs[0]) == "Running"
             else None
         )
 
+    def wait_held(what: str) -> dict[str, Any]:
+        try:
+            return wait_for(what, held, timeout=30)  # type: ignore[no-any-return]
+        except AssertionError as e:  # say what was there instead (a flake under load, unexplained yet)
+            raise AssertionError(f"{e}; reservation pods seen last: {'; '.join(seen) or 'none'}") from None
+
     shares = wait_for("two shares running", two_shares, timeout=90)
-    res = wait_for("the reservation pod holding a GPU", held, timeout=30)
+    res = wait_held("the reservation pod holding a GPU")
     uuid = annotations(res)[keys.RESERVED_GPU]
     assert res["spec"]["nodeName"] == a and uuid in s.uuids(a, [0, 1, 2, 3])
     # `phalanx node reserve` really ran in it, and saw the one GPU kubelet gave it
@@ -704,7 +718,7 @@ def test_gpu_shares_run_on_the_gpu_their_reservation_pod_holds(plugins: Side) ->
         return live if live and not old & {p["metadata"]["name"] for p in live} else None
 
     again = wait_for("two new shares running", replaced, timeout=120)
-    res2 = wait_for("a new reservation pod", held, timeout=30)
+    res2 = wait_held("a new reservation pod")
     uuid2 = annotations(res2)[keys.RESERVED_GPU]
     assert res2["metadata"]["uid"] != res["metadata"]["uid"] and uuid2 != other
     for p in again:
