@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.sim.inputs import default_cluster, load_jobs
-from phalanx.sim.sweep import Sweep, Variant, file_digest
+from phalanx.sim.sweep import Sweep, Variant
 
 GAVEL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "gavel-traces" / "msr" / "seed=0"
 
@@ -42,7 +42,7 @@ def main() -> int:
         return 0
     jobs = sorted(load_jobs(args.trace, "gavel"), key=lambda j: j.submit)[: args.first]
     cl = default_cluster("gavel", args.trace)
-    variant = Variant("gavel-500xV100", cl.nodes, jobs, cl.levels, digest=file_digest(str(args.trace)))
+    variant = Variant("gavel-500xV100", cl.nodes, jobs, cl.levels)
     profiles = args.profiles.split(",")
     loads = [float(x) for x in args.loads.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]

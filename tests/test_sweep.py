@@ -17,7 +17,7 @@ from phalanx.cli.main import app
 from phalanx.profiles import load_profile
 from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.experiment import ReplayExperiment
-from phalanx.sim.sweep import Knobs, Point, Sweep, Variant, at_load, file_digest, run_point
+from phalanx.sim.sweep import Knobs, Point, Sweep, Variant, at_load, run_point
 from phalanx.sim.traces import tiresias
 
 TRACE = Path(str(resources.files("phalanx.data") / "tiresias-60job.csv"))
@@ -26,7 +26,7 @@ TRACE = Path(str(resources.files("phalanx.data") / "tiresias-60job.csv"))
 def _variant(first: int = 0, name: str = "v100") -> Variant:
     nodes, levels = tiresias_16xv100()
     jobs = tiresias.load_jobs(TRACE)[: first or None]
-    return Variant(name, nodes, jobs, levels, digest=file_digest(TRACE, f"first={first}"))
+    return Variant(name, nodes, jobs, levels)
 
 
 def _figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

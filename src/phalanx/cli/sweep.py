@@ -19,7 +19,7 @@ from phalanx.sim.bench import parse_seeds
 from phalanx.sim.clusters import tiresias_16xv100
 from phalanx.sim.inputs import cluster_arg, default_cluster, detect_format, load_jobs
 from phalanx.sim.jobs import never_fit
-from phalanx.sim.sweep import Knobs, Sweep, Variant, file_digest
+from phalanx.sim.sweep import Knobs, Sweep, Variant
 from phalanx.sim.traces import tiresias
 
 DEFAULT_PROFILES = "phalanx,fifo,k8s-default"
@@ -184,8 +184,7 @@ def _captured(
     )
     if not exp.jobs:
         raise SpecError("--capture", f"no workload of {scheduler_name!r} in {path} (--scheduler-name?)")
-    digest = file_digest(path, f"scheduler={scheduler_name};default-runtime={default_runtime}")
-    v = Variant("capture", exp.nodes, exp.jobs, exp.topology_levels, exp.datasets, exp.queues, digest)
+    v = Variant("capture", exp.nodes, exp.jobs, exp.topology_levels, exp.datasets, exp.queues)
     return [v], notes, exp.queues is not None
 
 
@@ -207,7 +206,7 @@ def _variants(
         nodes, levels = tiresias_16xv100()
         note = "Embedded default: the Tiresias 60-job trace on 16 V100 GPUs (src/phalanx/data/README.md)."
         return (
-            [Variant("tiresias-16xV100", nodes, jobs, levels, digest=file_digest(path, f"first={first}"))],
+            [Variant("tiresias-16xV100", nodes, jobs, levels)],
             [note],
             False,
         )
@@ -216,19 +215,12 @@ def _variants(
         raise SpecError("--trace", "an openb pod list is the FGD protocol's input: use phalanx simulate")
     jobs = load_jobs(trace, kind, mapping, throughputs, durations)
     jobs = sorted(jobs, key=lambda j: j.submit)[: first or None]
-    sources = [trace] if trace.is_file() else sorted(trace.glob("*.trace"))
-    read = f"format={kind};map={mapping or ''};first={first}"
     out = []
     chosen: list[Path | None] = [*clusters] or [None]
     for c in chosen:
         cl = cluster_arg(c) if c is not None else default_cluster(kind, trace)
-        files = [*sources, *([c] if c is not None and c.is_file() else [])]
         name = cl.source if c is None or not c.is_file() else c.stem
-        out.append(
-            Variant(
-                name, cl.nodes, jobs, cl.levels, cl.datasets, cl.queues, file_digest(*files, read, cl.source)
-            )
-        )
+        out.append(Variant(name, cl.nodes, jobs, cl.levels, cl.datasets, cl.queues))
     notes = [f"Trace {trace} ({kind}, {len(jobs)} jobs); clusters: {', '.join(v.name for v in out)}."]
     return out, notes, any(v.queues is not None for v in out)
 

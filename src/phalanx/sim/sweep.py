@@ -10,8 +10,9 @@ for no feature a sweep uses. The inputs go to each worker once (a process pool's
 `scatter`), and each point sends back its replay's summary.
 
 Each point's result is kept in a cache directory under a digest of everything that decides it: the
-trace and cluster files, the profile's text, the load, the seed, the replay's knobs, and Phalanx's
-own code. A sweep run again computes only the points whose digest it has not seen.
+jobs and the cluster as loaded (so whatever file or option changed them counts), the profile's
+text, the load, the seed, the replay's knobs, and Phalanx's own code. A sweep run again computes
+only the points whose digest it has not seen.
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ class Variant:
     levels: list[str] = field(default_factory=list)
     datasets: dict[str, int] = field(default_factory=dict)
     queues: QueueTree | None = None
-    digest: str = ""  # of the files it was read from (trace, cluster, how they were read)
+
+    def digest(self) -> str:
+        """Of what is replayed, as loaded: the jobs, the nodes, the topology, datasets and queues."""
+        queues = [repr(self.queues.queues[k]) for k in sorted(self.queues.queues)] if self.queues else None
+        what = (self.jobs, self.nodes, self.levels, sorted(self.datasets.items()), queues)
+        return hashlib.sha256(repr(what).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -79,15 +85,6 @@ def grid(
     return [Point(v, p, ld, s) for v in variants for p in profiles for ld in loads for s in seeds]
 
 
-def file_digest(*parts: Path | str) -> str:
-    """The digest of files (by content) and words (as given): a variant's `digest`."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.read_bytes() if isinstance(p, Path) else p.encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def _code_digest() -> str:
     """Phalanx's own code and data: a result computed by other code is computed again."""
     root = Path(str(resources.files("phalanx")))
@@ -106,10 +103,11 @@ def _profile_text(name: str) -> str:
     return (resources.files("phalanx.profiles") / f"{name}.yaml").read_text()
 
 
-def point_digest(v: Variant, p: Point, knobs: Knobs, code: str) -> str:
+def point_digest(variant: str, profile: str, p: Point, knobs: Knobs, code: str) -> str:
+    """`variant`: the variant's digest; `profile`: the profile's text."""
     key = {
-        "variant": v.digest,
-        "profile": _profile_text(p.profile),
+        "variant": variant,
+        "profile": profile,
         "load": p.load,
         "seed": p.seed,
         "knobs": dataclasses.asdict(knobs),
@@ -195,7 +193,11 @@ class Sweep:
         profiles = {name: load_profile(name) for name in self.profiles}
         code = _code_digest()
         points = self.points()
-        digests = {p: point_digest(by_name[p.variant], p, self.knobs, code) for p in points}
+        variants = {v.name: v.digest() for v in self.variants}  # each read and hashed once
+        texts = {name: _profile_text(name) for name in self.profiles}
+        digests = {
+            p: point_digest(variants[p.variant], texts[p.profile], p, self.knobs, code) for p in points
+        }
         rows: dict[Point, Row] = {}
         for p in points:
             kept = self._cached(digests[p])
@@ -259,7 +261,6 @@ __all__ = [
     "Sweep",
     "Variant",
     "at_load",
-    "file_digest",
     "grid",
     "point_digest",
     "run_point",
