@@ -442,14 +442,17 @@ class _Handler(BaseHTTPRequestHandler):
                     start = a.rv
                 sent = start
                 while time.monotonic() < deadline:
+                    # dropped (or compacted) while waiting: nothing written since goes out on this
+                    # stream, and no clean end of it; checked before sending, as the writer that
+                    # dropped it may already have written again by the time this thread wakes
+                    if a.watch_epoch != epoch:
+                        self.close_connection = True
+                        return
                     for rv, kind, ores, ons, obj in list(a.log):
                         if rv > sent and ores == res and (not r.namespace or ons == r.namespace):
                             emit(kind, obj)
                         sent = max(sent, rv) if rv > sent else sent
                     sent = max(sent, a.rv)
-                    if a.watch_epoch != epoch:
-                        self.close_connection = True
-                        return  # dropped: no clean end of stream
                     a.lock.wait(0.05)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):

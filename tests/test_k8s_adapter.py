@@ -145,7 +145,15 @@ def test_watch_drops_and_410_are_survived(fake):
     report = step(s, fake)
     assert report.outcome.bound == ["default/after-drop"]
     relists = s.store.relists
-    s.informers.running["pods"].resource_version = "1"  # as if the pods' watch had fallen far behind...
+    informer = s.informers.running["pods"]
+    # the informer applies an event to the store before it notes the event's version: rewinding
+    # before it noted the last one would be overwritten (seen under load), so wait for it first
+    latest = max(int(o["metadata"]["resourceVersion"]) for o in fake.all("v1", "pods"))
+    deadline = time.monotonic() + 5.0
+    while int(informer.resource_version or 0) < latest:
+        assert time.monotonic() < deadline, "the pods informer never noted the latest pod's version"
+        time.sleep(0.01)
+    informer.resource_version = "1"  # as if the pods' watch had fallen far behind...
     fake.compact()  # ...and the history were gone: resuming from that version answers 410
     fake.put(pod("after-410", gpus=1))
     report = step(s, fake)
