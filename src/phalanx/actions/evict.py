@@ -95,7 +95,10 @@ def repeated_until(session: Session, entry: WorkloadEntry, shape: object, window
     """Until when the repeat guard protects `entry` from preemptors of `shape` (None: it does not)."""
     if window <= 0:
         return None
-    at = session.snapshot.evicted_for.get(entry.name, {}).get(shape)  # type: ignore[call-overload]
+    shapes = session.snapshot.evicted_for.get(entry.name)
+    if not shapes:  # most never were evicted: no need to hash the shape (a deep tuple)
+        return None
+    at = shapes.get(shape)  # type: ignore[call-overload]
     return at + window if at is not None and session.clock < at + window else None
 
 

@@ -88,10 +88,8 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
     (`NodeBound`), e.g. those reserved for a large gang; a tighter bound, still never too low.
     """
     counts: dict[tuple[object, ...], tuple[TaskRequest, Task, int]] = {}
-    for t in tasks:
-        req = session.effective(t.request)
-        k = req.shape_key
-        counts[k] = (req, t, counts[k][2] + 1 if k in counts else 1)
+    for req, t, n in _by_shape(session, tasks):
+        counts[req.shape_key] = (req, t, n)
     bounds = node_bounds(session.profile.filters) if filtered else []
     total = 0
     for req, task, n in counts.values():
@@ -102,6 +100,32 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
                 cap = np.where(out, 0, cap)
         total += min(n, int(cap.sum()))
     return total
+
+
+def _by_shape(session: Session, tasks: list[Task]) -> list[tuple[TaskRequest, Task, int]]:
+    """(effective request, last task, count) per request shape, in order of first appearance.
+
+    A gang's tasks mostly share one request object: they are grouped by it first, so that the
+    shape key (a deep tuple, hashed anew each time) is hashed once per request, not per task;
+    the eviction loops ask this after every victim.
+    """
+    # id(request) -> (request, its last task, that task's position, count)
+    groups: dict[int, tuple[TaskRequest, Task, int, int]] = {}
+    for pos, t in enumerate(tasks):
+        g = groups.get(id(t.request))
+        groups[id(t.request)] = (t.request, t, pos, 1 if g is None else g[3] + 1)
+    merged: dict[tuple[object, ...], tuple[TaskRequest, Task, int, int]] = {}
+    for r, t, pos, n in groups.values():
+        req = session.effective(r)
+        k = req.shape_key
+        had = merged.get(k)
+        if had is None:
+            merged[k] = (req, t, pos, n)
+        elif pos > had[2]:  # the shape's last task and its request, as a plain walk would keep
+            merged[k] = (req, t, pos, had[3] + n)
+        else:
+            merged[k] = (had[0], had[1], had[2], had[3] + n)
+    return [(req, t, n) for req, t, _, n in merged.values()]
 
 
 def place_gang(session: Session, entry: WorkloadEntry, tasks: list[Task]) -> GangOutcome:
