@@ -206,11 +206,20 @@ def test_the_default_preempts_at_once_and_the_gang_waits_for_its_victims_to_term
         kube.create(pod_group("train", 2))
         for k in range(2):
             kube.create(_classed(member(f"train-{k}", "train"), "e27-high"))
-        wait_for(
-            "the victims terminating",
-            lambda: all(kube.pods()[f"low-{k}"]["metadata"].get("deletionTimestamp") for k in range(2)),
-            timeout=20,
-        )
+        try:
+            wait_for(
+                "the victims terminating",
+                lambda: all(kube.pods()[f"low-{k}"]["metadata"].get("deletionTimestamp") for k in range(2)),
+                timeout=20,
+            )
+        except AssertionError as e:  # once under load: say what the scheduler and the pods said
+            pods = kube.pods()
+            seen = {
+                n: (p["spec"].get("nodeName"), p["metadata"].get("deletionTimestamp"))
+                for n, p in pods.items()
+            }
+            said = {f"train-{k}": typed_events(kube, f"train-{k}") for k in range(2)}
+            raise AssertionError(f"{e}; pods (node, deleting): {seen}; events: {said}") from None
 
         def said() -> str:
             return " ".join(m for _, r, m in typed_events(kube, "train-0") if r == "FailedScheduling")
