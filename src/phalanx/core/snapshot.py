@@ -280,6 +280,10 @@ class Snapshot:
         self.history_time: float | None = None
         self._capacity: Vector | None = None
         self._median_mem: int | None = None
+        # queue vectors of requests and allocations, each worked out once: every bind and unbind
+        # (and every eviction tried and undone) asks for them; read-only, as callers share them
+        self._req_vecs: dict[int, tuple[TaskRequest, Vector]] = {}
+        self._alloc_vecs: dict[tuple[int, int, int, int, int], Vector] = {}
         # bumped whenever capacity is released (task ends or is evicted, node comes back)
         self.release_epoch = 0
         # foreign usage: milli-GPU held by what Phalanx does not schedule, and the part of it going away
@@ -735,15 +739,44 @@ class Snapshot:
         return self.queues.gpu_weight(self.nodes[node].gpu_model) if self.queues is not None else 1.0
 
     def alloc_vector(self, alloc: Allocation) -> Vector:
-        """What a running task counts against its queue: (weighted milli-GPU, milli-CPU, MiB)."""
+        """What a running task counts against its queue: (weighted milli-GPU, milli-CPU, MiB); read-only."""
         d = alloc.devices
-        gpu = d.mig_compute * 1000 / 7 if d.mig is not None else d.milli * len(d.gpus)
-        return np.array(
-            [gpu * self.gpu_weight(alloc.node), alloc.cpu_milli, alloc.memory_mib], dtype=np.float64
+        mig = d.mig is not None
+        key = (
+            alloc.node,
+            d.mig_compute if mig else d.milli,
+            -1 if mig else len(d.gpus),
+            alloc.cpu_milli,
+            alloc.memory_mib,
         )
+        v = self._alloc_vecs.get(key)
+        if v is None:
+            gpu = d.mig_compute * 1000 / 7 if mig else d.milli * len(d.gpus)
+            v = np.array(
+                [gpu * self.gpu_weight(alloc.node), alloc.cpu_milli, alloc.memory_mib], dtype=np.float64
+            )
+            v.flags.writeable = False
+            if len(self._alloc_vecs) > 65536:  # bounded: shapes x nodes
+                self._alloc_vecs.clear()
+            self._alloc_vecs[key] = v
+        return v
 
     def request_vector(self, req: TaskRequest) -> Vector:
-        """What a pending task asks of its queue (GPU weighted by the cheapest model it accepts)."""
+        """What a pending task asks of its queue (GPU weighted by the cheapest model it accepts).
+
+        Read-only: worked out once per request object and shared.
+        """
+        had = self._req_vecs.get(id(req))
+        if had is not None and had[0] is req:
+            return had[1]
+        v = self._request_vector(req)
+        v.flags.writeable = False
+        if len(self._req_vecs) > 65536:  # bounded: requests of workloads long gone go
+            self._req_vecs.clear()
+        self._req_vecs[id(req)] = (req, v)
+        return v
+
+    def _request_vector(self, req: TaskRequest) -> Vector:
         g = req.gpu
         gpu: float
         if g.kind is GpuKind.MEMORY:
