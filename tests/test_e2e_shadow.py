@@ -151,6 +151,9 @@ def test_shadow_beside_kube_scheduler_binds_nothing_and_counts_right(kube: Kube)
         assert sorted(r["what"] for r in recent) == sorted(
             ["default/solo-a", "default/solo-b", *(f"default/{b}" for b in bound)]
         )
+        for k in range(4):  # the gang's pods gone: nothing is partly placed any more (once stuck there)
+            kube.force_delete_pod(f"big-{k}")
+        wait_for("the partly placed gang forgotten", lambda: not s.partial, timeout=30)
     finally:
         s.close()
         t.join(timeout=10)

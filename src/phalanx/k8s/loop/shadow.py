@@ -250,6 +250,8 @@ class Shadow:
                 self.partial[g.name] = f"{bound} of {g.min_available} pods placed, the gang cannot start"
             else:
                 self.partial.pop(g.name, None)
+        for name in [n for n in self.partial if n not in world.groups]:
+            del self.partial[name]  # its pods (or the group itself) are gone: nothing is partly placed
         self.placeable = sorted(t for t in binds if t not in placed and not real.get(t))
         self.would_place.set(len(self.placeable))
         return out
