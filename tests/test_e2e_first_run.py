@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -93,6 +94,25 @@ def test_missing_lease_namespace_without_rights_is_one_clear_error_and_exit_2(ku
     )
     assert "kubectl create namespace no-such-namespace" in errors[0] and "--no-leader-elect" in errors[0]
     assert "lease check failed" not in out  # no loop
+
+
+@pytest.mark.parametrize("mode", [(), ("--shadow", "--insecure-metrics")], ids=["scheduler", "shadow"])
+def test_a_port_already_taken_is_one_clear_error_and_exit_2(kube: Kube, mode: tuple[str, ...]) -> None:
+    """A port held by another process (a port-forward left running, as walking try-it showed) was
+    a 73-line traceback."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        proc = phalanx(
+            "scheduler", "--kubeconfig", str(kube.cp.kubeconfig), "--no-leader-elect", *mode,
+            "--bind-address", "127.0.0.1", "--port", port,
+        )  # fmt: skip
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"--port: cannot listen on 127.0.0.1:{port}" in errors[0], out
 
 
 def test_the_service_account_of_the_chart_can_schedule(kube: Kube) -> None:

@@ -113,7 +113,8 @@ def scheduler(
         run_shadow(api, watched, prof, port, insecure_metrics, tls_files, bind_address)
         return
     s = Scheduler(api, cfg, prof, identity=identity or socket.gethostname())
-    _serve_endpoints(s, api, port, insecure_metrics, tls_files, bind_address)
+    with user_errors():
+        _serve_endpoints(s, api, port, insecure_metrics, tls_files, bind_address)
     _run_until_stopped(s)
 
 

@@ -38,11 +38,12 @@ def run_shadow(
     bind_address: str,
 ) -> None:
     s = Shadow(api, cfg, profile)
-    if insecure_metrics:
-        server = serve(port, s.metrics, s.ready, s.board, address=bind_address)
-    else:
-        tls = serving_tls(*tls_files)
-        server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
+    with user_errors():
+        if insecure_metrics:
+            server = serve(port, s.metrics, s.ready, s.board, address=bind_address)
+        else:
+            tls = serving_tls(*tls_files)
+            server = serve(port, s.metrics, s.ready, s.board, guard=Guard(api), tls=tls, address=bind_address)
     log.info(
         "shadow mode: watching the pods of %r, binding and evicting nothing; %s://%s:%d/metrics "
         "(phalanx_shadow_decisions_total) and /dashboard/",

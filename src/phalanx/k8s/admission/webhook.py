@@ -28,6 +28,7 @@ from phalanx.k8s.admission.mutation import review
 from phalanx.k8s.client.api import Api, Conflict
 from phalanx.k8s.client.kinds import SECRETS, WEBHOOK_CONFIGS
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.view.server import listening
 
 log = logging.getLogger("phalanx.webhook")
 WEBHOOK_CONFIG = "phalanx-gpu-shares"
@@ -161,7 +162,7 @@ class Webhook:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         self.refresh()
-        self.server = _Server((host, port), _handler(cfg))
+        self.server = listening(_Server, host, port, _handler(cfg))
         self.server.daemon_threads = True
         self.server.socket = self.ctx.wrap_socket(
             self.server.socket, server_side=True, do_handshake_on_connect=False

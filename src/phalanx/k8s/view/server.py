@@ -13,7 +13,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from prometheus_client import (
@@ -26,6 +26,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
+from phalanx.core.errors import SpecError
 from phalanx.k8s.view.authn import Guard
 from phalanx.k8s.view.board import Board, Visible
 from phalanx.web import asset
@@ -118,6 +119,21 @@ class Metrics:
 
 
 STATIC = {"style.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
+
+
+S = TypeVar("S", bound=ThreadingHTTPServer)
+
+
+def listening(
+    cls: type[S], address: str, port: int, handler: type[BaseHTTPRequestHandler], flag: str = "--port"
+) -> S:
+    """The server bound to address:port, or one line that names the flag (a port taken, say,
+    by a port-forward left running), never a traceback."""
+    try:
+        return cls((address, port), handler)
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise SpecError(flag, f"cannot listen on {address}:{port}: {why} (give another {flag})") from None
 
 
 class _Server(ThreadingHTTPServer):
@@ -232,7 +248,7 @@ def serve(
             self.end_headers()
             self.wfile.write(body)
 
-    server = _Server((address, port), Handler)
+    server = listening(_Server, address, port, Handler)
     server.tls = tls
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="phalanx-http").start()
