@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from phalanx.actions import budget as budgets
+from phalanx.actions.budget import NO_BUDGET, Budget
 from phalanx.actions.gang import _place_gang, upper_bound
 from phalanx.core.model import GpuKind, Task
 from phalanx.core.session import Session
@@ -31,6 +33,7 @@ class Guards:
 
     checkpoint_window: float = 0.0
     repeat_window: float = 0.0
+    budget: Budget = NO_BUDGET  # evictions an hour, per queue and cluster (`phalanx.actions.budget`)
 
 
 NO_GUARDS = Guards()
@@ -150,6 +153,7 @@ def victims(
     lists = [queue_victims(session, q, min_runtime) for q in sorted(names)]
     pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
     window, repeat, now = guards.checkpoint_window, guards.repeat_window, session.clock
+    budget = guards.budget
     return (
         v
         for v in pool
@@ -161,6 +165,7 @@ def victims(
                 (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
                 # a shrink keeps the work done (the resize checkpoints in place): no wait
                 and (window <= 0 or v.shrink or (since_checkpoint(now, v.entry) or 0.0) <= window)
+                and (not budget.on or budgets.spent(session, budget, v.entry.workload.queue) is None)
             )
             or (exempt is not None and exempt(v.entry))
         )
@@ -306,8 +311,11 @@ def evict_for(
     if len(needed) < len(taken):
         fewer, _ = _attempt(session, preemptor, tasks, needed, reason, allow, commit=True)
         if fewer is not None:
+            budgets.note(session, [v.entry for v in fewer])
             return fewer
     again, _ = _attempt(session, preemptor, tasks, taken, reason, allow, commit=True)
+    if again is not None:
+        budgets.note(session, [v.entry for v in again])
     return again
 
 

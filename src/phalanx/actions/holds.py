@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from phalanx.actions import budget as budgets
 from phalanx.actions.evict import (
     NO_GUARDS,
     Guards,
@@ -100,6 +101,10 @@ def guard_of(
     if ago is not None and ago > window:
         due = now - ago + entry.workload.checkpoint_interval + settle(window)
         return Hold(action, CHECKPOINT, entry.name, due, window, detail)
+    spent = budgets.spent(session, guards.budget, w.queue) if guarded else None
+    if spent is not None:
+        guard, frees, limit = spent
+        return Hold(action, guard, entry.name, frees, float(limit), f"queue {w.queue}")
     return None
 
 

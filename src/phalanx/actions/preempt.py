@@ -11,15 +11,18 @@ A workload that finds no victims because a guard protects them (the minimum runt
 quantum, a victim that is not preemptible) is told which guard and until when (`actions.holds`).
 `checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards`: evict
 only just after a victim's checkpoint (the preemptor waits for it), and never the same victim
-twice for preemptors of one shape within the window. Neither holds back a preemptor of higher
-priority than its victim: priority preempts at once (issue 27), and cannot ping-pong.
+twice for preemptors of one shape within the window. `budget: {queue: N, cluster: M}` caps
+the evictions an hour (`actions.budget`). None of these holds back a preemptor of higher
+priority than its victim: priority preempts at once, and cannot ping-pong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from phalanx.actions import budget as budgets
 from phalanx.actions import holds
+from phalanx.actions.budget import Budget
 from phalanx.actions.evict import Guards, evict_for, lowest_priority, peek, run_start, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.decisions import QUANTUM, Hold
@@ -40,10 +43,11 @@ class Preempt:
         quantum: float = 0.0,
         checkpoint_window: float = 0.0,
         repeat_window: float = 0.0,
+        budget: dict[str, object] | None = None,
     ) -> None:
         if checkpoint_window < 0 or repeat_window < 0:
             raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
-        self.guards = Guards(checkpoint_window, repeat_window)
+        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget))
         if by not in ("priority", "order"):
             raise ValueError("by must be 'priority' or 'order'")
         if order_victims not in ("any", "checkpointed"):
@@ -122,7 +126,8 @@ class Preempt:
                 continue
             tries += 1
             why = "higher priority" if self.by == "priority" else "ahead in the workload order"
-            taken = evict_for(session, entry, gang, cands, f"preempted by {entry.name} ({why})")
+            allow = budgets.admits(session, self.guards.budget, self._exempt(entry), None)
+            taken = evict_for(session, entry, gang, cands, f"preempted by {entry.name} ({why})", allow)
             if taken is not None:
                 session.pending.pop(entry.name, None)
             else:

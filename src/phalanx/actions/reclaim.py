@@ -13,6 +13,7 @@ preemptor then fits. A queue that finds no victims because a guard protects them
 runtime, a workload that is not preemptible) is told which guard and until when (`actions.holds`).
 `checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards` (see
 `Preempt`): with `repeat_window` two queues cannot take the same workloads back and forth.
+`budget: {queue: N, cluster: M}` caps the evictions an hour (`actions.budget`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from functools import partial
 
 import numpy as np
 
+from phalanx.actions import budget as budgets
 from phalanx.actions import holds
+from phalanx.actions.budget import Budget
 from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.model import Task
@@ -44,10 +47,11 @@ class Reclaim:
         transfer: bool = False,
         checkpoint_window: float = 0.0,
         repeat_window: float = 0.0,
+        budget: dict[str, object] | None = None,
     ) -> None:
         if checkpoint_window < 0 or repeat_window < 0:
             raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
-        self.guards = Guards(checkpoint_window, repeat_window)
+        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget))
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
         self.min_runtime = min_runtime
@@ -112,9 +116,8 @@ class Reclaim:
                 self._hold(session, entry, gang, over, keeps_deserved)
                 continue
             tries += 1
-            taken = evict_for(
-                session, entry, gang, cands, f"reclaimed by queue {q} for {entry.name}", keeps_deserved
-            )
+            allow = budgets.admits(session, self.guards.budget, None, keeps_deserved)
+            taken = evict_for(session, entry, gang, cands, f"reclaimed by queue {q} for {entry.name}", allow)
             if taken is not None:
                 session.pending.pop(entry.name, None)
             else:

@@ -97,6 +97,8 @@ TERMINATING = "terminating"  # evicted, still holding its devices until it is go
 DISRUPTION_BUDGET = "disruption budget"  # the eviction was refused (a PodDisruptionBudget; driver-side)
 CHECKPOINT = "checkpoint"  # waits for the victim's next checkpoint (the action's checkpoint_window)
 REPEAT = "repeat"  # evicted for a workload of the same shape within the action's repeat_window
+QUEUE_BUDGET = "queue eviction budget"  # the victim's queue had its evictions of the last hour
+CLUSTER_BUDGET = "cluster eviction budget"  # the cluster had its evictions of the last hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,15 @@ class Hold:
                 f"{self.action}: {who} {'were' if many else 'was'} evicted for a workload of this shape "
                 f"less than {self.limit:g} s ago; {'they' if many else 'it'} may be again from {end}"
             )
+        if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
+            whose = "its queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
+            if many:
+                whose = "their queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
+            verb = "reclaimed" if self.action == "reclaim" else "preempted"
+            return (
+                f"{self.action}: {whose} eviction budget ({self.limit:g} an hour) is spent; {who} may be "
+                f"{verb} from {end}"
+            )
         if self.guard == DISRUPTION_BUDGET:
             why = f": {self.detail.rstrip('.')}" if self.detail else ""
             return (
@@ -180,6 +191,8 @@ class Hold:
             return f"when {who} {'have' if many else 'has'} just checkpointed"
         if self.guard == REPEAT:
             return f"when {who} may be evicted again for this shape"
+        if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
+            return f"when the eviction budget allows evicting {who}"
         return f"when the eviction of {who} is allowed"
 
 

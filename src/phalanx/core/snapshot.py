@@ -8,6 +8,7 @@ and updates it between cycles with `add_workload`, `apply`, `release` and friend
 from __future__ import annotations
 
 import bisect
+import collections
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,6 +37,9 @@ from phalanx.core.queues import fair_shares as queue_fair_shares
 
 if TYPE_CHECKING:
     from phalanx.core.wake import RankWakes
+
+
+WINDOW_S = 3600.0  # the eviction budgets' window: evictions an hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +321,10 @@ class Snapshot:
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
+        # (time, workload, queue) of the evictions of the last WINDOW_S, oldest first: what the
+        # eviction budgets count (`phalanx.actions.budget`); each workload once per cycle
+        self._recent: collections.deque[tuple[float, str, str]] = collections.deque()
+        self._seeded = False
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
         self._init_dra(dra_shared, dra_counter_sets)
@@ -597,11 +605,40 @@ class Snapshot:
         self.note_evictions(result, now)
 
     def note_evictions(self, result: CycleResult, now: float) -> None:
-        """Remember, per evicted workload, the shape of the workload each eviction made room for."""
+        """Remember, per evicted workload, the shape of the workload each eviction made room for,
+        and when each workload was evicted (`recent_evictions`)."""
+        seen: set[str] = set()
         for ev in result.evictions:
             by = self.workloads.get(ev.by) if ev.by else None
             if by is not None and ev.by != ev.workload:
                 self.evicted_for.setdefault(ev.workload, {})[by.demand_key] = now
+            entry = self.workloads.get(ev.workload)
+            if ev.workload not in seen and entry is not None:
+                seen.add(ev.workload)
+                self._recent.append((now, ev.workload, entry.workload.queue))
+
+    def seed_recent(self, now: float) -> None:
+        """Once per snapshot: the evictions of the last hour from `evicted_for` (a driver's memory
+        lent to a snapshot built anew, e.g. after a restart), beside those already noted."""
+        if self._seeded:
+            return
+        self._seeded = True
+        have = {(t, w) for t, w, _ in self._recent}
+        for w, shapes in self.evicted_for.items():
+            entry = self.workloads.get(w)
+            if entry is None:
+                continue
+            for t in set(shapes.values()):
+                if now - t < WINDOW_S and (t, w) not in have:
+                    self._recent.append((t, w, entry.workload.queue))
+        self._recent = collections.deque(sorted(self._recent))
+
+    def recent_evictions(self, now: float) -> collections.deque[tuple[float, str, str]]:
+        """(time, workload, queue) of each eviction in the last WINDOW_S, oldest first."""
+        recent = self._recent
+        while recent and now - recent[0][0] >= WINDOW_S:
+            recent.popleft()
+        return recent
 
     def settle(self, result: CycleResult) -> None:
         """The bookkeeping after a cycle whose decisions are in place: who was looked at, who is parked."""

@@ -80,6 +80,7 @@ def decide(
     snap = world.snapshot
     if evicted_for is not None:
         snap.evicted_for = evicted_for
+        snap.seed_recent(now)  # the eviction budgets' hour, from the memory an earlier leader saved
     rng = rng if rng is not None else np.random.default_rng(0)
     result = run_cycle(snap, profile, now, rng, apply=True, stream=stream)
     return Decision(world, profile, now, result)

@@ -1,0 +1,151 @@
+"""Eviction budgets (issue 40): at most N workloads of a queue, or M in the cluster, evicted an hour;
+what a budget holds back is named with the time it frees, and the cycle after that time evicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from builders import Scenario, make_node, make_workload
+from phalanx.actions.budget import Budget
+from phalanx.core.decisions import CLUSTER_BUDGET, QUEUE_BUDGET
+from phalanx.core.queues import Queue, QueueTree, ResourceQuota
+from phalanx.core.snapshot import Snapshot
+from phalanx.profiles import compile_profile
+
+
+def reclaiming(budget: dict[str, int]) -> object:
+    return compile_profile(
+        {
+            "name": "r",
+            "tie_break": "name",
+            "actions": [{"name": "allocate"}, {"name": "reclaim", "args": {"budget": budget}}],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+
+
+def borrowed(prof: object) -> Scenario:
+    """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share; a then asks for 2."""
+    gpu = {"gpu": ResourceQuota(2000)}
+    node = make_node("n").cpu(64).memory("256Gi").gpus(4).build()
+    sc = Scenario([node], [], profile=prof)
+    sc.snapshot = Snapshot(
+        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))])
+    )
+    for k in range(4):
+        sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
+    sc.cycle()
+    assert sum(sc.bound(f"b-{k}") for k in range(4)) == 4
+    for k in range(2):
+        sc.add(make_workload(f"a-{k}").podset("p", gpu=1).queue("a").created(5 + k).build())
+    return sc
+
+
+def evicted(result: object) -> set[str]:
+    return {e.workload for e in result.evictions}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("budget", "guard"), [({"queue": 1}, QUEUE_BUDGET), ({"cluster": 1}, CLUSTER_BUDGET)]
+)
+def test_a_spent_budget_holds_the_next_eviction_for_an_hour_and_says_so(budget: dict[str, int], guard: str):
+    prof = reclaiming(budget)
+    sc = borrowed(prof)
+    r = sc.cycle()
+    first = sc.clock
+    assert len(evicted(r)) == 1 and sc.bound("a-0") == 1  # one reclaimed: the budget's one an hour
+    r = sc.cycle()  # a-1's turn (alike workloads take turns, one a cycle)
+    assert not evicted(r)
+    p = r.pending_for("a-1")
+    assert p is not None and p.holds
+    assert {h.guard for h in p.holds} == {guard}
+    assert {h.until for h in p.holds} == {first + 3600.0}  # the first eviction ages out an hour later
+    whose = "its queue's" if guard == QUEUE_BUDGET else "the cluster's"
+    assert f"reclaim: {whose} eviction budget (1 an hour) is spent" in p.message, p.message
+    assert r.wake is not None and r.wake.at == first + 3600.0  # the cycle looks again then
+    sc.clock = first + 1800.0  # half an hour on: still held
+    assert not evicted(sc.cycle())
+    sc.clock = first + 3599.0  # the next cycle runs at the hour: the next eviction happens
+    r = sc.cycle()
+    assert len(evicted(r)) == 1 and sc.bound("a-1") == 1
+
+
+def test_without_a_budget_the_next_cycle_reclaims_again():
+    sc = borrowed(reclaiming({}))
+    assert len(evicted(sc.cycle())) == 1
+    assert len(evicted(sc.cycle())) == 1 and sc.bound("a-0") == sc.bound("a-1") == 1
+
+
+def test_one_preemptor_needing_more_victims_than_the_budget_leaves_takes_none():
+    """A gang of 2 needs two victims of queue b; the budget allows one: it evicts nobody."""
+    prof = reclaiming({"queue": 1})
+    gpu = {"gpu": ResourceQuota(2000)}
+    node = make_node("n").cpu(64).memory("256Gi").gpus(4).build()
+    sc = Scenario([node], [], profile=prof)
+    sc.snapshot = Snapshot(
+        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))])
+    )
+    for k in range(4):
+        sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
+    sc.cycle()
+    sc.add(make_workload("a-gang").podset("p", 2, gpu=1).queue("a").build())
+    r = sc.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-gang")
+    assert p is not None
+
+
+def test_priority_preempts_past_the_budget_and_still_counts():
+    """Priority preempts at once (a promise to inference): no budget holds it; its evictions count."""
+    prof = compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [{"name": "allocate"}, {"name": "preempt", "args": {"budget": {"queue": 1}}}],
+            "order": [{"name": "priority"}],
+        }
+    )
+    node = make_node("n").cpu(64).memory("256Gi").gpus(2).build()
+    sc = Scenario([node], [], profile=prof)
+    for k in range(2):
+        sc.add(make_workload(f"low-{k}").podset("p", gpu=1).priority(100).build())
+    sc.cycle()
+    sc.add(make_workload("high").podset("p", 2, gpu=1).priority(1000).build())
+    r = sc.cycle()
+    assert evicted(r) == {"low-0", "low-1"} and sc.bound("high") == 2
+    assert [w for _, w, _ in sc.snapshot.recent_evictions(sc.clock)] == ["low-0", "low-1"]
+
+
+def test_a_wrong_budget_is_refused_with_what_is_wrong():
+    assert Budget.parse({"queue": 6, "cluster": 30}) == Budget(6, 30)
+    assert not Budget.parse(None).on
+    for bad, says in (
+        ({"queues": 1}, "unknown key 'queues'"),
+        ({"queue": -1}, "budget.queue must be a whole number"),
+        ({"cluster": 1.5}, "budget.cluster must be a whole number"),
+        ({"queue": True}, "budget.queue must be a whole number"),
+        ([1], "budget must be a mapping"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            Budget.parse(bad)  # type: ignore[arg-type]
+
+
+def test_the_hour_is_read_back_from_the_memory_a_restarted_scheduler_lends():
+    """The adapter saves `evicted_for` (who was evicted when) across restarts and lends it to each
+    cycle's snapshot: a new leader's budget counts the evictions its predecessor made."""
+    prof = reclaiming({"queue": 1})
+    sc = borrowed(prof)
+    sc.snapshot.evicted_for = {
+        "b-3": {("some", "shape"): sc.clock - 600.0},
+        "b-2": {("x",): sc.clock - 4000.0},
+    }
+    sc.snapshot.seed_recent(sc.clock)
+    assert [(w, q) for _, w, q in sc.snapshot.recent_evictions(sc.clock)] == [
+        ("b-3", "b")
+    ]  # b-2's is too old
+    r = sc.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-0")
+    assert p is not None and {h.until for h in p.holds} == {sc.clock - 1 - 600.0 + 3600.0}
