@@ -26,8 +26,9 @@ def reclaiming(budget: dict[str, int]) -> object:
     )
 
 
-def borrowed(prof: object) -> Scenario:
-    """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share; a then asks for 2."""
+def borrowed(prof: object, gang: int = 0) -> Scenario:
+    """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share; a then asks for 2: two
+    one-GPU jobs, or one gang of `gang` tasks."""
     gpu = {"gpu": ResourceQuota(2000)}
     node = make_node("n").cpu(64).memory("256Gi").gpus(4).build()
     sc = Scenario([node], [], profile=prof)
@@ -38,6 +39,9 @@ def borrowed(prof: object) -> Scenario:
         sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
     sc.cycle()
     assert sum(sc.bound(f"b-{k}") for k in range(4)) == 4
+    if gang:
+        sc.add(make_workload("a-gang").podset("p", gang, gpu=1).queue("a").build())
+        return sc
     for k in range(2):
         sc.add(make_workload(f"a-{k}").podset("p", gpu=1).queue("a").created(5 + k).build())
     return sc
@@ -80,17 +84,7 @@ def test_without_a_budget_the_next_cycle_reclaims_again():
 
 def test_one_preemptor_needing_more_victims_than_the_budget_leaves_takes_none():
     """A gang of 2 needs two victims of queue b; the budget allows one: it evicts nobody."""
-    prof = reclaiming({"queue": 1})
-    gpu = {"gpu": ResourceQuota(2000)}
-    node = make_node("n").cpu(64).memory("256Gi").gpus(4).build()
-    sc = Scenario([node], [], profile=prof)
-    sc.snapshot = Snapshot(
-        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))])
-    )
-    for k in range(4):
-        sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
-    sc.cycle()
-    sc.add(make_workload("a-gang").podset("p", 2, gpu=1).queue("a").build())
+    sc = borrowed(reclaiming({"queue": 1}), gang=2)
     r = sc.cycle()
     assert not evicted(r)
     p = r.pending_for("a-gang")
