@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from phalanx.core.decisions import CLUSTER_BUDGET, QUEUE_BUDGET
+from phalanx.core.decisions import CLUSTER_BUDGET, QUEUE_BUDGET, Hold
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WINDOW_S, WorkloadEntry
 
@@ -147,3 +147,14 @@ def admits(
         return spent(session, budget, q, same, len(others)) is None
 
     return allow
+
+
+def cluster_hold(session: Session, budget: Budget, action: str) -> Hold | None:
+    """The whole cluster's budget spent: one hold until it frees, with no victim named. Working out
+    which victims a waiting workload would need (a what-if each) says nothing more then, and with
+    most preemptors held it was most of a replay's time."""
+    if not budget.cluster:
+        return None
+    _, every = _hour(session)
+    at = _frees_at(every, _cycle(session).get("", 0), budget.cluster, session.clock)
+    return None if at is None else Hold(action, CLUSTER_BUDGET, "", at, float(budget.cluster))

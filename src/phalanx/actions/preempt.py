@@ -141,9 +141,17 @@ class Preempt:
 
     def _hold(self, session: Session, entry: WorkloadEntry, gang: list[Task]) -> None:
         """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
-        if not gang or not holds.budget(session, self.name):
+        if not gang:
             return
         q = entry.workload.queue
+        spent = budgets.cluster_hold(session, self.guards.budget, self.name)
+        if spent is not None and not any(
+            self._exempt(entry)(v) for v in holds.running_in(session, (q,)) if v.name != entry.name
+        ):  # no victim of lower priority, which the budget does not hold
+            holds.note(session, entry, (spent,))
+            return
+        if not holds.budget(session, self.name):
+            return
         guarded = []
         for v in holds.running_in(session, (q,)):
             if v.name == entry.name or not self.outranks(session, entry, v, quantum=False):

@@ -133,6 +133,10 @@ class Reclaim:
         allow: Callable[[Victim, list[Victim]], bool],
     ) -> None:
         """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
+        spent = budgets.cluster_hold(session, self.guards.budget, self.name)
+        if spent is not None:
+            holds.note(session, entry, (spent,))
+            return
         if not holds.budget(session, self.name):
             return
         guarded = []

@@ -161,6 +161,9 @@ class Hold:
                 f"{self.action}: {who} {'were' if many else 'was'} evicted for a workload of this shape "
                 f"less than {self.limit:g} s ago; {'they' if many else 'it'} may be again from {end}"
             )
+        if self.guard == CLUSTER_BUDGET and not self.victim:  # no eviction at all until then
+            limit = f"{self.limit:g} an hour"
+            return f"{self.action}: the cluster's eviction budget ({limit}) is spent until {end}"
         if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
             whose = "its queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
             if many:
@@ -192,7 +195,7 @@ class Hold:
         if self.guard == REPEAT:
             return f"when {who} may be evicted again for this shape"
         if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
-            return f"when the eviction budget allows evicting {who}"
+            return f"when the eviction budget allows evicting {who}" if who else "when the budget frees"
         return f"when the eviction of {who} is allowed"
 
 
