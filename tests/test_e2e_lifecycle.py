@@ -31,6 +31,20 @@ def member(name: str, group: str, **kw: Any) -> dict[str, Any]:
     return pod(name, gpus=1, annotations={GROUP: group}, **kw)
 
 
+def group_seen(s: Any, name: str, ns: str = "default") -> None:
+    """Wait until the scheduler's cache holds PodGroup `name`. Its watch is not the pods' watch, and
+    under load a member pod can arrive first: the pods present then set the minimum (a known race
+    of the product, docs/kubernetes.md "Known limits"), which is not what these tests are about."""
+    wait_for(
+        f"the scheduler to see PodGroup {ns}/{name}",
+        lambda: any(
+            (o.get("metadata") or {}).get("name") == name and (o.get("metadata") or {}).get("namespace") == ns
+            for o in s.store.items(POD_GROUPS.key)
+        ),
+        timeout=20,
+    )
+
+
 def finish(kube: Kube, name: str, phase: str = "Succeeded") -> None:
     """Play the kubelet: the pod's containers ended."""
     kube.api.patch_status("pods", name, "default", {"phase": phase})
@@ -102,6 +116,7 @@ def test_a_gang_whose_pods_are_still_being_created_gets_no_warning(kube: Kube) -
     kube.api.create("nodes", node("n0", gpus=2))
     with running(kube) as s:
         kube.create(pod_group("race", 2))
+        group_seen(s, "race")
         kube.create(member("race-0", "race"))
         said = wait_for(
             "waiting for the second pod",
@@ -160,13 +175,14 @@ def test_a_preemption_held_back_by_min_runtime_names_it_and_when_it_ends(kube: K
     for k in range(2):
         kube.create(_classed(pod(f"low-{k}", gpus=1), "e27-low"))
     prof = _profile(tmp_path, 600)
-    with running(kube, profile=prof):
+    with running(kube, profile=prof) as s:
         wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(2)), timeout=20)
         at = time.time() - 60  # a minute into their 10-minute minimum runtime, both the same second
         for k in range(2):
             kube.run_pod(f"low-{k}", started_at=at)
         started = max(timestamp(kube.pods()[f"low-{k}"]["status"]["startTime"]) for k in range(2))
         kube.create(pod_group("train", 2))
+        group_seen(s, "train")
         for k in range(2):
             kube.create(_classed(member(f"train-{k}", "train"), "e27-high"))
 
@@ -199,11 +215,12 @@ def test_the_default_preempts_at_once_and_the_gang_waits_for_its_victims_to_term
     kube.api.create("nodes", node("n0", gpus=2))
     for k in range(2):
         kube.create(_classed(pod(f"low-{k}", gpus=1), "e27-low"))
-    with running(kube, profile="phalanx-queues"):
+    with running(kube, profile="phalanx-queues") as s:
         wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(2)), timeout=20)
         for k in range(2):
             kube.run_pod(f"low-{k}", started_s_ago=60)  # a minute old: priority does not wait (issue 27)
         kube.create(pod_group("train", 2))
+        group_seen(s, "train")
         for k in range(2):
             kube.create(_classed(member(f"train-{k}", "train"), "e27-high"))
         try:
