@@ -616,6 +616,7 @@ class Snapshot:
             if ev.workload not in seen and entry is not None:
                 seen.add(ev.workload)
                 self._recent.append((now, ev.workload, entry.workload.queue))
+        self.recent_evictions(now)  # pruned as it grows: a scheduler without budgets never reads it
 
     def seed_recent(self, now: float) -> None:
         """Once per snapshot: the evictions of the last hour from `evicted_for` (a driver's memory
