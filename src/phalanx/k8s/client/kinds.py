@@ -74,6 +74,16 @@ NATIVE_POD_GROUPS = (
         "PodGroup",
         superseded_by="scheduling.k8s.io/v1beta1/podgroups",
     ),
+    # 1.37 serves PodGroups in v1alpha3 too (beside its CompositePodGroups): read there only where
+    # v1beta1 is not served
+    Kind(
+        "scheduling.k8s.io",
+        "v1alpha3",
+        "podgroups",
+        True,
+        "PodGroup",
+        superseded_by="scheduling.k8s.io/v1beta1/podgroups",
+    ),
 )
 # Kubernetes' own multi-level gangs (phalanx.k8s.read.composite): alpha in 1.37 behind the
 # CompositePodGroup gate, beta planned for 1.38 (watched there when served)

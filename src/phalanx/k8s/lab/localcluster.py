@@ -68,6 +68,9 @@ class ControlPlane:
     service_accounts: bool = False
     apiserver_args: tuple[str, ...] = ()
     kcm_args: tuple[str, ...] = ()
+    # CRDs made before the server is waited on as ready: an API a newer Kubernetes serves, given
+    # to this one as CRDs, that the server's own informers list (they keep /readyz failing until then)
+    early_crds: tuple[dict[str, Any], ...] = ()
     timeout_s: float = 120.0
     dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="phalanx-k8s.")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -242,7 +245,28 @@ class ControlPlane:
                 *self.apiserver_args,
             ],
         )
+        if self.early_crds:
+            self._wait(self.url + "/livez", "kube-apiserver /livez")
+            self._make_early_crds()
         self._wait(self.url + "/readyz", "kube-apiserver /readyz")
+
+    def _make_early_crds(self) -> None:
+        """Create `early_crds`, retrying while the server is still starting (it answers 5xx then)."""
+        url = self.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        deadline = time.monotonic() + self.timeout_s
+        with self._client() as client:
+            for crd in self.early_crds:
+                while True:
+                    try:
+                        r = client.post(url, json=crd)
+                        if r.status_code in (201, 409):
+                            break
+                        last = f"{r.status_code} {r.text[:200]}"
+                    except httpx.HTTPError as e:
+                        last = repr(e)
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"CRD {crd['metadata']['name']} not made: {last}")
+                    time.sleep(0.2)
 
     def _cluster(self) -> dict[str, str]:
         """The CA embedded, as kubeadm writes it (shared/k8s/node's node-up reads it from the data)."""
