@@ -254,3 +254,93 @@ def test_conditions_follow_the_version_and_initially_scheduled_stays_true() -> N
         assert all(
             c["status"] == "True" for c in body["conditions"] if c["type"].endswith("InitiallyScheduled")
         )
+
+
+# A Job's spec.scheduling (batch/v1, 1.37 alpha, gate WorkloadWithJob): JobSchedulingConfiguration
+# {schedulingPolicy, schedulingConstraints, disruptionMode, resourceClaims} of the published types
+
+
+def job_world(scheduling: Any, pods: int = 4, parallelism: int = 4, n: int = 4):
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"parallelism": parallelism, "scheduling": scheduling},
+        "status": {},
+    }
+    ps = [pod(f"t{i}", gpus=4, owner=("Job", "train")) for i in range(pods)]
+    nodes = [node(f"n{i}", gpus=4, labels={RACK: f"r{i // 2}"}) for i in range(n)]
+    return build_world(nodes, ps, [], [], CFG, 0.0, jobs={"default/train": job})
+
+
+JOB = "default/Job/train"
+
+
+def test_a_jobs_gang_policy_sets_its_minimum_and_one_rack() -> None:
+    w = job_world(
+        {
+            "schedulingPolicy": {"gang": {"minCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": RACK}]},
+        }
+    )
+    wl = w.snapshot.workloads[JOB].workload
+    assert (
+        wl.min_available == 2
+        and wl.topology is not None
+        and wl.topology.level == "rack"
+        and wl.topology.required
+    )
+
+
+def test_a_jobs_gang_without_min_count_is_its_parallelism_and_waits_for_its_pods() -> None:
+    w = job_world({"schedulingPolicy": {"gang": {}}, "disruptionMode": {"all": {}}}, pods=3)
+    assert JOB not in w.snapshot.workloads
+    assert "1 more pod" in " ".join(w.blocked[JOB]) and "3 of the 4 pods its gang needs" in " ".join(
+        w.blocked[JOB]
+    )
+    w = job_world({"schedulingPolicy": {"gang": {}}, "disruptionMode": {"all": {}}})
+    wl = w.snapshot.workloads[JOB].workload
+    assert wl.min_available == 4 and wl.preempt_whole
+
+
+def test_a_basic_job_places_its_pods_one_by_one() -> None:
+    for sched in ({"schedulingPolicy": {"basic": {}}}, {}):
+        w = job_world(sched, pods=3, n=2)  # 3 pods of 4 GPUs on 2 nodes: two run, not none
+        assert w.snapshot.workloads[JOB].workload.min_available == 1
+        assert len(cycle(w).binds) == 2
+
+
+@pytest.mark.parametrize(
+    ("sched", "where"),
+    [
+        ({"schedulingPolicy": {"gang": {"minCount": 0}}}, "spec.scheduling.schedulingPolicy.gang.minCount"),
+        ({"schedulingPolicy": {"gang": {}}, "disruptionMode": "Whole"}, "spec.scheduling.disruptionMode"),
+        (
+            {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": "nowhere"}]}},
+            "spec.scheduling.schedulingConstraints.topology[0].key",
+        ),
+        (
+            {"resourceClaims": [{"name": "nic", "resourceClaimTemplateName": "nic"}]},
+            "spec.scheduling.resourceClaims",
+        ),
+        ("gang", "spec.scheduling"),
+    ],
+)
+def test_a_job_scheduling_field_it_cannot_honour_keeps_the_job_waiting_and_names_the_field(
+    sched: Any, where: str
+) -> None:
+    w = job_world(sched)
+    assert JOB not in w.snapshot.workloads
+    said = " ".join(w.blocked[JOB])
+    assert f"Job default/train: {where}:" in said, said
+
+
+def test_pods_linked_to_the_podgroup_the_job_controller_made_follow_the_podgroup() -> None:
+    job = {
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"parallelism": 4, "scheduling": {"schedulingPolicy": {"gang": {}}}},
+    }
+    ps = [member(f"t{i}", "train-pg", owner=("Job", "train")) for i in range(2)]
+    nodes = [node(f"n{i}", gpus=4) for i in range(4)]
+    w = build_world(nodes, ps, [group("train-pg", 2)], [], CFG, 0.0, jobs={"default/train": job})
+    assert w.snapshot.workloads["default/train-pg"].workload.min_available == 2

@@ -1,8 +1,8 @@
 """What a group's Job, Kueue and gang plan say of it, before it becomes a workload.
 
-A Job's pods are one gang of its parallelism; Kueue decides a group's queue, admission and the
-nodes of its flavors; a gang whose plan was written before a restart cut its binds short carries
-the plan's assignment on the members not bound yet.
+A Job's pods are one gang of its parallelism, or as its `spec.scheduling` says (1.37); Kueue
+decides a group's queue, admission and the nodes of its flavors; a gang whose plan was written
+before a restart cut its binds short carries the plan's assignment on the members not bound yet.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from phalanx.core.errors import SpecError
 from phalanx.k8s import keys
 from phalanx.k8s.read import kueue as kueue_keys
+from phalanx.k8s.read import native
 from phalanx.k8s.read.contain import Contain
 from phalanx.k8s.read.devices import decode_plan
 from phalanx.k8s.read.groups import Group, wait_for_pods
@@ -20,7 +22,12 @@ from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.pods import timestamp
 
 
-def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_since: float) -> bool:
+def job_parallelism(
+    g: Group,
+    jobs: dict[str, dict[str, Any]] | None,
+    grace_since: float,
+    levels: tuple[tuple[str, str], ...] = (),
+) -> bool:
     """A Job's pods are one gang of its parallelism (what is left of its completions), not of the pods
     that happen to exist yet: the Job controller may still be making them. A pod whose Job the watch
     has not delivered yet waits for it (within the creation grace, after `grace_since`), or it would
@@ -48,12 +55,59 @@ def job_parallelism(g: Group, jobs: dict[str, dict[str, Any]] | None, grace_sinc
             need = min(need, int(spec["completions"]) - int(status.get("succeeded") or 0))
     except (TypeError, ValueError):
         return False
+    if spec.get("scheduling") is not None:
+        job_policy(g, job, need, levels)
+        return False
     if need > len(g.pods):
         why = f"{len(g.pods)} of its {need} parallel pods exist"
         wait_for_pods(g, f"Job {g.namespace}/{first.owner[1]}", need - len(g.pods), why)
     g.min_available = max(1, min(need, len(g.pods)))
     g.minimum_said = f"Job parallelism {need}"
     return False
+
+
+def job_policy(g: Group, job: dict[str, Any], need: int, levels: tuple[tuple[str, str], ...]) -> None:
+    """A Job's `spec.scheduling` (batch/v1, 1.37 alpha, gate WorkloadWithJob): the PodGroup policy
+    its pods would get. With the gate on in kube-controller-manager the Job controller makes that
+    PodGroup and links the pods to it, and the PodGroup is read instead (the pods then are not the
+    Job's group); this reads it where the pods are not linked. `gang: {}` without `minCount` is a
+    gang of the parallelism (as the controller defaults it), `basic: {}` or no policy places the
+    pods one by one; `schedulingConstraints` and `disruptionMode` as on a PodGroup. `need`: the
+    parallelism still to run."""
+    meta = job.get("metadata") or {}
+    name = f"Job {meta.get('namespace', g.namespace)}/{meta.get('name', '')}"
+    sched = (job.get("spec") or {}).get("scheduling")
+    if not isinstance(sched, dict):
+        g.problems.append(f"{name}: spec.scheduling: must be an object, got {sched!r}")
+        return
+    if sched.get("resourceClaims"):
+        g.problems.append(
+            f"{name}: spec.scheduling.resourceClaims: claims the Job's pods share are allocated once the "
+            "Job controller has made its PodGroup (gate WorkloadWithJob in kube-controller-manager); "
+            "they are not read from the Job"
+        )
+        return
+    body = dict(sched)
+    policy = body.get("schedulingPolicy") or {"basic": {}}
+    if isinstance(policy, dict) and isinstance(policy.get("gang"), dict):
+        policy = {"gang": {"minCount": need, **policy["gang"]}}
+    body["schedulingPolicy"] = policy
+    try:  # read as the PodGroup the controller would make; its fields sit under spec.scheduling
+        spec = native.read_spec(
+            {"apiVersion": f"{native.GROUP}/v1beta1", "metadata": meta, "spec": body}, levels, "Job"
+        )
+    except SpecError as e:
+        g.problems.append(f"{e.where.replace(': spec.', ': spec.scheduling.', 1)}: {e.message}")
+        return
+    g.topology, g.preempt_whole, g.preempts = spec.topology, spec.preempt_whole, spec.preempts
+    if not spec.gang:
+        g.min_available, g.minimum_said = 1, ""
+        return
+    want = min(spec.min_count, need)
+    g.minimum_said = f"Job spec.scheduling minCount {spec.min_count}"
+    if want > len(g.pods):
+        wait_for_pods(g, name, want - len(g.pods), f"{len(g.pods)} of the {want} pods its gang needs exist")
+    g.min_available = max(1, min(want, len(g.pods)))
 
 
 def created(obj: dict[str, Any] | None) -> float:

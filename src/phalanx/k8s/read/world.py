@@ -378,7 +378,7 @@ def stage_group(
         w.native_groups.discard(g.name)
     for member in g.members:  # a native PodGroup merged into a multi-level gang: the gang speaks
         w.pod_groups.pop(object_key(member), None)
-    if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s):
+    if job_parallelism(g, jobs, b.now - cfg.gang_creation_grace_s, cfg.levels):
         b.reads_clock()
         w.clock_groups.add(g.name)
     if kueue is not None:
