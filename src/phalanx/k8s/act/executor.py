@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -35,8 +35,9 @@ from phalanx.k8s.act.shares import Shares, is_share
 from phalanx.k8s.act.step import BindStep, Broke, Step
 from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
 from phalanx.k8s.client.cache import object_key
-from phalanx.k8s.client.kinds import RESOURCE_CLAIMS
+from phalanx.k8s.client.kinds import PODS, RESOURCE_CLAIMS
 from phalanx.k8s.config import AdapterConfig
+from phalanx.k8s.read import extended
 from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.devices import ALL, binding_notes, encode_plan, stale_keys
 from phalanx.k8s.read.dra import allocation_of, status_of
@@ -75,6 +76,7 @@ class Scene:
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)  # DeviceClasses by name
     dra_devices: dict[tuple[str, str, str], DraDevice] = field(default_factory=dict)
     group_claims: dict[str, dict[str, str]] = field(default_factory=dict)  # claims reserved for a PodGroup
+    extended: dict[str, extended.ExtendedAsk] = field(default_factory=dict)  # claims to make (pending key)
     claims_lock: threading.Lock = field(default_factory=threading.Lock)  # gangs are bound concurrently
 
     @classmethod
@@ -94,6 +96,7 @@ class Scene:
             device_classes={str((c.get("metadata") or {}).get("name")): c for c in dra.classes},
             dra_devices=world.snapshot.dra_devices,
             group_claims=world.group_claims,
+            extended=world.extended_claims,
         )
 
 
@@ -361,17 +364,65 @@ class Executor:
         answers 409 and is never allocated twice. On failure what this gang wrote is undone.
         """
         written: list[tuple[str, bool, str]] = []  # (claim, fresh, pod uid)
+        made: set[str] = set()  # claims made here for pods' extended resources: deleted on failure
         for b in binds:
             uid = scene.uids.get(b.task, "")
             for ca in b.claims:
                 holder = scene.group_claims.get(ca.claim)  # a native PodGroup's claim: reserved for it
                 try:
+                    if extended.is_pending(ca.claim):
+                        key = self._make_extended(ca, b, uid, scene)
+                        made.add(key)
+                        written.append((key, True, uid))
+                        continue
                     fresh = self._claim_one(ca, b, uid, scene)
                 except (ApiError, Retry, ValueError) as e:
-                    self._unclaim(written)
-                    return Broke(f"could not allocate ResourceClaim {ca.claim}: {e}")
+                    self._unclaim(written, made)
+                    what = (
+                        "the ResourceClaim for its extended resources"
+                        if extended.is_pending(ca.claim)
+                        else (f"ResourceClaim {ca.claim}")
+                    )
+                    return Broke(f"could not allocate {what}: {e}")
                 written.append((ca.claim, fresh, holder["uid"] if holder else uid))
         return None
+
+    def _make_extended(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> str:
+        """Make the claim for a pod's extended resources that DRA serves, as kube-scheduler makes it:
+        created, allocated and reserved for the pod, then named in the pod's
+        `status.extendedResourceClaimStatus` (the kubelet reads the claim from there), before the
+        bind. Returns its key; a claim made but not finished is deleted again."""
+        ask = scene.extended.get(ca.claim)
+        if ask is None:
+            raise ValueError("what the pod asks was not read with the decision")
+        ns, pod = split(b.task)
+        obj = self._retry(
+            partial(self.api.create, RESOURCE_CLAIMS, extended.claim_object(ask, ns, pod, uid), ns)
+        )
+        key = object_key(obj)
+        with scene.claims_lock:
+            scene.claims[key] = obj
+        try:
+            self._claim_one(replace(ca, claim=key), b, uid, scene)
+            status = extended.pod_status(ask, split(key)[1])
+            self._retry(partial(self.api.patch, PODS, pod, ns, {"status": status}, "status"))
+        except (ApiError, Retry, ValueError):
+            self._drop_claim(key)
+            raise
+        return key
+
+    def _drop_claim(self, key: str) -> None:
+        """Delete a claim made for a pod's extended resources (its finalizer first, as it is ours)."""
+        ns, name = split(key)
+        try:
+            self._retry(
+                partial(self.api.patch, RESOURCE_CLAIMS, name, ns, {"metadata": {"finalizers": None}})
+            )
+            self._retry(partial(self.api.delete, RESOURCE_CLAIMS, name, ns))
+        except NotFound:
+            pass
+        except (ApiError, Retry) as e:
+            log.warning("could not delete ResourceClaim %s made for extended resources: %s", key, e)
 
     def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> bool:
         """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
@@ -414,8 +465,11 @@ class Executor:
             return fresh
         raise ValueError("it kept changing under us")
 
-    def _unclaim(self, written: list[tuple[str, bool, str]]) -> None:
+    def _unclaim(self, written: list[tuple[str, bool, str]], made: Container[str] = ()) -> None:
         for claim, fresh, uid in reversed(written):
+            if claim in made:
+                self._drop_claim(claim)
+                continue
             ns, name = split(claim)
             try:
                 obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))

@@ -12,14 +12,16 @@ from functools import partial
 from typing import Any
 
 from phalanx.core import drafit
+from phalanx.core.errors import SpecError
 from phalanx.core.model import GpuKind, Node
 from phalanx.core.snapshot import Snapshot
+from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
-from phalanx.k8s.read import native
+from phalanx.k8s.read import extended, native
 from phalanx.k8s.read.contain import Contain, brief, label, mapping, mappings
 from phalanx.k8s.read.dra import allocation_of, parse_claim, pod_claim_names
 from phalanx.k8s.read.pods import PodInfo
-from phalanx.spec.dra import Devices, node_devices
+from phalanx.spec.dra import Devices, node_devices, parse_claim_spec
 
 
 @dataclass
@@ -50,13 +52,52 @@ def with_dra(n: Node, devices: Devices) -> Node:
 class Claims:
     """Pods' ResourceClaims: allocated ones held in the snapshot, our pods' claims on their requests."""
 
-    def __init__(self, dra: DraObjects, snap: Snapshot, contain: Contain) -> None:
+    def __init__(
+        self, dra: DraObjects, snap: Snapshot, contain: Contain, nodes: list[dict[str, Any]] | None = None
+    ) -> None:
         self.snap = snap
         self.contain = contain
         self.classes = {str((c.get("metadata") or {}).get("name", "")): c for c in dra.classes}
         self.objects = {object_key(c): c for c in dra.claims}
         self.waiting: dict[str, str] = {}  # pod -> why it waits (claim not made yet, or bad)
         self.group_reserved: dict[str, dict[str, str]] = {}  # claims of native PodGroups -> reservedFor
+        self.served = extended.served_names(dra.classes)  # extended resources DeviceClasses serve
+        self.nodes = nodes or []
+        self._advertised: set[str] | None = None
+        self.extended: dict[str, extended.ExtendedAsk] = {}  # pending claim key -> what it asks
+
+    @property
+    def advertised(self) -> set[str]:
+        """Resources some node has in its allocatable (a device plugin serves them there)."""
+        if self._advertised is None:
+            self._advertised = {
+                str(k)
+                for n in self.nodes
+                for k, v in (mapping(mapping(n.get("status")).get("allocatable"))).items()
+                if str(k) in self.served and str(v) not in ("0", "")
+            }
+        return self._advertised
+
+    def _extended(
+        self, p: PodInfo, obj: dict[str, Any]
+    ) -> tuple[list[tuple[str, str, bool]], list[Any], bool]:
+        """The pod's extended resources served by DRA: (the claim made for them, as a named claim;
+        the claim still to make, as a core Claim; whether they include its GPUs)."""
+        if not self.served:
+            return [], [], False
+        ask = extended.extended_ask(obj, self.served, self.advertised, f"pod {p.key}")
+        if ask is None:
+            return [], [], False
+        gpus = any(r == keys.GPU_RESOURCE or r.startswith(keys.MIG_PREFIX) for r in ask.resources)
+        made = extended.made_claim(obj)
+        if made and (f"{p.namespace}/{made}" in self.objects or p.node):
+            return [("(extended resources)", made, False)], [], gpus
+        if p.node:  # bound without a claim: what it runs with is not DRA's to say
+            return [], [], gpus
+        key = extended.pending_key(p.namespace, p.name)
+        self.extended[key] = ask
+        where = f"pod {p.key}: extended resources {', '.join(sorted(ask.resources))}"
+        return [], [parse_claim_spec(ask.spec, key, self.classes, False, where)], gpus
 
     def reserve(self, our_bound: set[str]) -> None:
         """Allocated claims hold their devices; their GPUs count as used unless one of our bound pods
@@ -80,7 +121,13 @@ class Claims:
         except Exception as e:  # a pod's own fields: it waits, and says why
             self.waiting[p.key] = f"pod {p.key}: its resourceClaims cannot be read ({type(e).__name__}: {e})"
             return p
-        if not names:
+        try:
+            made, pending, dra_gpus = self._extended(p, obj)
+        except Exception as e:
+            self.waiting[p.key] = brief(e) if isinstance(e, SpecError) else f"pod {p.key}: {brief(e)}"
+            return p
+        names += made
+        if not names and not pending:
             return p
         if pg is not None:  # the PodGroup's claims: shared by its pods, reserved for the PodGroup
             theirs = native.group_claims(obj, pg)
@@ -88,7 +135,7 @@ class Claims:
             for claim_name in theirs.values():
                 if claim_name:
                     self.group_reserved[f"{p.namespace}/{claim_name}"] = native.reference(pg)
-        out = []
+        out = list(pending)
         for pod_claim, claim_name, shared in names:
             if not claim_name:
                 why = f"waiting for the ResourceClaim of {pod_claim!r} to be made from its template"
@@ -110,7 +157,7 @@ class Claims:
                 claims, list(self.snap.dra_devices.values()), self.snap.selector_cache
             )
             req = p.request
-            classic = {"gpu": req.gpu.kind is not GpuKind.NONE, "nic": req.rdma_nics > 0}
+            classic = {"gpu": req.gpu.kind is not GpuKind.NONE and not dra_gpus, "nic": req.rdma_nics > 0}
             claimed = frozenset(
                 r for r, asked in classic.items() if not asked
             )  # device-plugin asks stay classic

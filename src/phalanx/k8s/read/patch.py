@@ -89,6 +89,7 @@ class Index:
     stale_fit: dict[str, str] = field(default_factory=dict)  # pod -> its plan, stale (does not fit)
     placed: dict[str, Bind] = field(default_factory=dict)  # planned, not bound: binds to finish
     claimed: set[str] = field(default_factory=set)  # pods whose objects name ResourceClaims
+    served: frozenset[str] = frozenset()  # extended resources DRA serves: a pod asking one has a claim
     bare: dict[str, Node] = field(default_factory=dict)  # nodes with DRA devices, as their Node reads alone
     _known: set[str] | None = None
 
@@ -126,10 +127,23 @@ def remember(
         hit = ended_member(obj, cfg.scheduler_name)
         if hit is not None:
             ended[key] = hit
-        if _has_claims(obj):
+        if _has_claims(obj, w.dra_served):
             claimed.add(key)
     by_name = {str((o.get("metadata") or {}).get("name", "")): o for o in nodes}
-    ix = Index(seen, ended, {}, {}, {}, {}, {}, {}, {k: by_name[k] for k in parsed}, parsed, claimed=claimed)
+    ix = Index(
+        seen,
+        ended,
+        {},
+        {},
+        {},
+        {},
+        {},
+        {},
+        {k: by_name[k] for k in parsed},
+        parsed,
+        claimed=claimed,
+        served=w.dra_served,
+    )
     for name, n in parsed.items():
         if n.dra:  # made with its published devices: a change to its Node is compared without them
             bare = b.contain("Node", by_name[name], partial(memo.node, by_name[name], cfg))
@@ -168,9 +182,19 @@ def remember(
     carry.index = ix
 
 
-def _has_claims(obj: dict[str, Any]) -> bool:
-    """Whether the pod names ResourceClaims (what they hold spans nodes and pods: not patched)."""
-    return bool(mapping(obj.get("spec")).get("resourceClaims"))
+def _has_claims(obj: dict[str, Any], served: frozenset[str]) -> bool:
+    """Whether the pod names ResourceClaims, or asks an extended resource DRA may serve (what they
+    hold spans nodes and pods: not patched)."""
+    spec = mapping(obj.get("spec"))
+    if spec.get("resourceClaims"):
+        return True
+    if not served:
+        return False
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = mapping(mapping(c).get("resources"))
+        if served & {*mapping(res.get("limits")), *mapping(res.get("requests"))}:
+            return True
+    return False
 
 
 def _pod_label(key: str) -> str:
@@ -300,7 +324,7 @@ def _pods(b: Build, ix: Index, pod_keys: set[str], pod_of: Lookup) -> list[PodCh
         obj = pod_of(key)
         if obj is not None and not outlined("Pod", [obj], b.contain):
             obj = None  # its outline cannot be read: left out and named, as a full read does
-        if key in ix.claimed or (obj is not None and _has_claims(obj)):
+        if key in ix.claimed or (obj is not None and _has_claims(obj, ix.served)):
             return None
         new = classify(b, obj) if obj is not None else Seen()
         old = ix.seen.get(key, Seen())

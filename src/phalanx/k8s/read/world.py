@@ -25,6 +25,7 @@ from phalanx.k8s.read import composite, native
 from phalanx.k8s.read.carry import Carry, Foreign, prune, record_nodes, reset_cycle_state
 from phalanx.k8s.read.claims import Claims, DraObjects, with_dra
 from phalanx.k8s.read.contain import Contain, describe, label, mapping, mappings, outlined
+from phalanx.k8s.read.extended import ExtendedAsk
 from phalanx.k8s.read.group_rules import apply_kueue, apply_plans, created, job_parallelism
 from phalanx.k8s.read.groups import Group, ended_members, group_pods, workload_of
 from phalanx.k8s.read.kueue import Kueue
@@ -64,6 +65,9 @@ class World:
     group_claims: dict[str, dict[str, str]] = field(
         default_factory=dict
     )  # claim -> its PodGroup (reservedFor)
+    # claims for pods' extended resources that DRA serves, not made yet: pending key -> what they ask
+    extended_claims: dict[str, ExtendedAsk] = field(default_factory=dict)
+    dra_served: frozenset[str] = frozenset()  # extended resource names DeviceClasses serve
     time_bound: bool = False  # read the clock (a grace, a deletion with no end): not reused as it is
     # for a world patched from the change feed (`phalanx.k8s.read.patch`): the GPU reservation pods
     # recorded on each node, and the groups whose state read the clock (looked at every cycle)
@@ -176,9 +180,10 @@ def build_world(
     ps = _read_pods(b, w, pods)
     w.ended = ended_members(pods, cfg.scheduler_name)
     _pod_group_objects(w, pod_groups)
-    claims = Claims(dra, snap, b.contain)
+    claims = Claims(dra, snap, b.contain, nodes)
     ps.ours = _claim(ps.ours, claims, dra, pods, pod_groups)
     w.group_claims = claims.group_reserved
+    w.extended_claims, w.dra_served = claims.extended, frozenset(claims.served)
     staged = _stage(b, w, ps.ours, pod_groups, claims, kueue, jobs)
     _add_workloads(b, w, staged, kept, ns.known, ps.foreign)
     outcomes = _record(b, w, ps, ns.known)
