@@ -230,6 +230,20 @@ class Kube:
                     )
         wait_for("no pods left", lambda: not self.api.list("pods")[0], timeout=30)
 
+    def delete_all(self, kinds: tuple[Kind, ...]) -> None:
+        """Every object of these kinds, finalizers dropped first (no controller here removes them:
+        PodGroupProtection's, a claim's delete-protection), pods without their grace."""
+        for kind in kinds:
+            for o in self.api.list(kind)[0]:
+                meta = o["metadata"]
+                with suppress(NotFound):
+                    if meta.get("finalizers"):
+                        self.api.patch(
+                            kind, meta["name"], meta.get("namespace"), {"metadata": {"finalizers": None}}
+                        )
+                    grace = 0 if kind.plural == "pods" else None
+                    self.api.delete(kind, meta["name"], meta.get("namespace"), grace=grace)
+
     def close(self) -> None:
         self.api.close()
 

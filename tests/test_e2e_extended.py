@@ -39,12 +39,7 @@ def plane() -> Iterator[ControlPlane]:
 def kube(plane: ControlPlane) -> Iterator[Kube]:
     k = Kube(plane)
     k.cleanup()
-    for kind in (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES):
-        for o in k.api.list(kind)[0]:
-            meta = o["metadata"]
-            if meta.get("finalizers"):  # the claims' delete-protection: no controller here removes it
-                k.api.patch(kind, meta["name"], meta.get("namespace"), {"metadata": {"finalizers": None}})
-            k.api.delete(kind, meta["name"], meta.get("namespace"))
+    k.delete_all((RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES))
     for c in device_classes():
         if c["metadata"]["name"] == "gpu.nvidia.com":
             c["spec"]["extendedResourceName"] = GPU

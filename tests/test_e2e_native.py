@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ import pytest
 from dra_kube import device_classes, dgx_slices
 from e2e_kube import ROOT, Kube, running, wait_for
 from kube_objects import node, pod
-from phalanx.k8s.client.api import NotFound
 from phalanx.k8s.client.kinds import DEVICE_CLASSES, OUR_POD_GROUPS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
 
@@ -59,24 +57,18 @@ def native_plane() -> Iterator[ControlPlane]:
 @pytest.fixture
 def kube(native_plane: ControlPlane) -> Iterator[Kube]:
     k = Kube(native_plane)
-    for kind in (
-        PODGROUPS,
-        WORKLOADS,
-        Kind("", "v1", "pods", True, "Pod"),
-        Kind("", "v1", "nodes", False, "Node"),
-        OUR_POD_GROUPS,
-        RESOURCE_CLAIMS,
-        RESOURCE_SLICES,
-        DEVICE_CLASSES,
-    ):
-        for o in k.api.list(kind)[0]:
-            with suppress(NotFound):
-                meta = o["metadata"]
-                if meta.get("finalizers"):  # PodGroupProtection's; its controller is not running here
-                    k.api.patch(kind, meta["name"], meta.get("namespace"), {"metadata": {"finalizers": None}})
-                k.api.delete(
-                    kind, meta["name"], meta.get("namespace"), grace=0 if kind.plural == "pods" else None
-                )
+    k.delete_all(
+        (
+            PODGROUPS,
+            WORKLOADS,
+            Kind("", "v1", "pods", True, "Pod"),
+            Kind("", "v1", "nodes", False, "Node"),
+            OUR_POD_GROUPS,
+            RESOURCE_CLAIMS,
+            RESOURCE_SLICES,
+            DEVICE_CLASSES,
+        )
+    )
     wait_for(
         "a clean cluster", lambda: not k.api.list("pods")[0] and not k.api.list(PODGROUPS)[0], timeout=20
     )

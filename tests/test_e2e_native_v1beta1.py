@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import pytest
 
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod
-from phalanx.k8s.client.api import NotFound
 from phalanx.k8s.client.kinds import Kind
 from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
 
@@ -94,18 +92,9 @@ def plane() -> Iterator[ControlPlane]:
 @pytest.fixture
 def kube(plane: ControlPlane) -> Iterator[Kube]:
     k = Kube(plane)
-    for kind in (
-        PODGROUPS,
-        COMPOSITES,
-        Kind("", "v1", "pods", True, "Pod"),
-        Kind("", "v1", "nodes", False, "Node"),
-    ):
-        for o in k.api.list(kind)[0]:
-            with suppress(NotFound):
-                meta = o["metadata"]
-                k.api.delete(
-                    kind, meta["name"], meta.get("namespace"), grace=0 if kind.plural == "pods" else None
-                )
+    k.delete_all(
+        (PODGROUPS, COMPOSITES, Kind("", "v1", "pods", True, "Pod"), Kind("", "v1", "nodes", False, "Node"))
+    )
     wait_for("a clean cluster", lambda: not k.api.list("pods")[0] and not k.api.list(PODGROUPS)[0])
     yield k
     k.close()

@@ -54,11 +54,10 @@ UNUSED_HERE |= {
 }
 UNUSED_HERE[("phalanx-scheduler", "scheduling.k8s.io", "compositepodgroups/status", "patch")] = _CPG
 # A pod's extended resources served by DRA (KEP-5004): its claim made and named in its status;
-# tests/test_e2e_extended.py (patch and delete only when a bind fails after the claim was made)
+# tests/test_e2e_extended.py (patch only when a bind fails after the claim was made)
 _EXT = "a claim for extended resources DRA serves: tests/test_e2e_extended.py"
 UNUSED_HERE |= {
-    ("phalanx-scheduler", "resource.k8s.io", "resourceclaims", verb): _EXT
-    for verb in ("create", "patch", "delete")
+    ("phalanx-scheduler", "resource.k8s.io", "resourceclaims", verb): _EXT for verb in ("create", "patch")
 }
 UNUSED_HERE[("phalanx-scheduler", "", "pods/status", "patch")] = _EXT
 # Asked by the API server itself, inside another request: (account, group, resource, verb) -> the

@@ -139,3 +139,33 @@ def test_the_change_feed_rebuilds_a_world_with_such_a_pod() -> None:
     assert _has_claims(asking("p", 1), frozenset({GPU}))
     assert not _has_claims(asking("p", 1), frozenset())
     assert not _has_claims(pod("p"), frozenset({GPU}))
+
+
+def test_a_claim_an_earlier_failed_bind_left_is_reused_not_made_again() -> None:
+    p = asking("p", 2)
+    left = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "p-extended-resources-x1",
+            "namespace": "default",
+            "annotations": {extended.ANNOTATION: "true"},
+            "ownerReferences": [
+                {"kind": "Pod", "name": "p", "uid": p["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {"devices": {"requests": []}},
+    }
+    other = {
+        **left,
+        "metadata": {
+            **left["metadata"],
+            "name": "q-x",
+            "ownerReferences": [{"kind": "Pod", "uid": "u", "controller": True}],
+        },
+    }
+    classes = device_classes()
+    classes[0]["spec"]["extendedResourceName"] = GPU
+    dra = DraObjects(classes=classes, slices=dgx_slices("a"), claims=[other, left])
+    w = build_world([node("a", gpus=0)], [p], [], [], AdapterConfig(), 0.0, dra=dra)
+    assert w.extended_claims[extended.pending_key("default", "p")].existing == "p-extended-resources-x1"

@@ -158,3 +158,18 @@ def cluster_hold(session: Session, budget: Budget, action: str) -> Hold | None:
     _, every = _hour(session)
     at = _frees_at(every, _cycle(session).get("", 0), budget.cluster, session.clock)
     return None if at is None else Hold(action, CLUSTER_BUDGET, "", at, float(budget.cluster))
+
+
+def queues_hold(session: Session, budget: Budget, action: str, queues: set[str]) -> Hold | None:
+    """Every queue the victims could come from has its budget spent: one hold until the first frees,
+    with no victim named (as `cluster_hold`: the what-if would only name the same budgets, and with a
+    tight queue budget it was most of a replay's time)."""
+    if not budget.queue or not queues:
+        return None
+    frees = []
+    for q in sorted(queues):
+        got = spent(session, budget, q)
+        if got is None or got[0] != QUEUE_BUDGET:
+            return None
+        frees.append(got[1])
+    return Hold(action, QUEUE_BUDGET, "", min(frees), float(budget.queue), ", ".join(sorted(queues)))

@@ -133,7 +133,9 @@ class Reclaim:
         allow: Callable[[Victim, list[Victim]], bool],
     ) -> None:
         """No victims made room: if guarded ones would, say which guard holds each back, and until when."""
-        spent = budgets.cluster_hold(session, self.guards.budget, self.name)
+        spent = budgets.cluster_hold(session, self.guards.budget, self.name) or budgets.queues_hold(
+            session, self.guards.budget, self.name, over
+        )
         if spent is not None:
             holds.note(session, entry, (spent,))
             return

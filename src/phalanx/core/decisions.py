@@ -164,6 +164,11 @@ class Hold:
         if self.guard == CLUSTER_BUDGET and not self.victim:  # no eviction at all until then
             limit = f"{self.limit:g} an hour"
             return f"{self.action}: the cluster's eviction budget ({limit}) is spent until {end}"
+        if self.guard == QUEUE_BUDGET and not self.victim:  # every queue it could evict from
+            limit = f"{self.limit:g} an hour each"
+            return (
+                f"{self.action}: the eviction budgets ({limit}) of queues {self.detail} are spent until {end}"
+            )
         if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
             whose = "its queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
             if many:

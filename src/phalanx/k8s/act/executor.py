@@ -388,41 +388,42 @@ class Executor:
         return None
 
     def _make_extended(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> str:
-        """Make the claim for a pod's extended resources that DRA serves, as kube-scheduler makes it:
-        created, allocated and reserved for the pod, then named in the pod's
-        `status.extendedResourceClaimStatus` (the kubelet reads the claim from there), before the
-        bind. Returns its key; a claim made but not finished is deleted again."""
+        """Make the claim for a pod's extended resources that DRA serves, as kube-scheduler makes it
+        (or take the one an earlier failed bind left): allocated and reserved for the pod, then
+        named in the pod's `status.extendedResourceClaimStatus` (the kubelet reads the claim from
+        there), before the bind. Returns its key; on failure it is released again (`_release`)."""
         ask = scene.extended.get(ca.claim)
         if ask is None:
             raise ValueError("what the pod asks was not read with the decision")
         ns, pod = split(b.task)
-        obj = self._retry(
-            partial(self.api.create, RESOURCE_CLAIMS, extended.claim_object(ask, ns, pod, uid), ns)
-        )
-        key = object_key(obj)
-        with scene.claims_lock:
-            scene.claims[key] = obj
+        if ask.existing:
+            key = f"{ns}/{ask.existing}"
+        else:
+            made = extended.claim_object(ask, ns, pod, uid)
+            obj = self._retry(partial(self.api.create, RESOURCE_CLAIMS, made, ns))
+            key = object_key(obj)
+            with scene.claims_lock:
+                scene.claims[key] = obj
         try:
             self._claim_one(replace(ca, claim=key), b, uid, scene)
             status = extended.pod_status(ask, split(key)[1])
             self._retry(partial(self.api.patch, PODS, pod, ns, {"status": status}, "status"))
         except (ApiError, Retry, ValueError):
-            self._drop_claim(key)
+            self._unclaim([(key, True, uid)], {key})
             raise
         return key
 
-    def _drop_claim(self, key: str) -> None:
-        """Delete a claim made for a pod's extended resources (its finalizer first, as it is ours)."""
+    def _release(self, key: str) -> None:
+        """A claim made for extended resources whose bind failed: its delete-protection finalizer
+        removed, so that the pod's garbage collection can delete it; the next try reuses it. (The
+        scheduler deletes nothing: kube-scheduler deletes such a claim, Phalanx's RBAC has no delete.)"""
         ns, name = split(key)
         try:
             self._retry(
                 partial(self.api.patch, RESOURCE_CLAIMS, name, ns, {"metadata": {"finalizers": None}})
             )
-            self._retry(partial(self.api.delete, RESOURCE_CLAIMS, name, ns))
-        except NotFound:
-            pass
         except (ApiError, Retry) as e:
-            log.warning("could not delete ResourceClaim %s made for extended resources: %s", key, e)
+            log.warning("could not release ResourceClaim %s made for extended resources: %s", key, e)
 
     def _claim_one(self, ca: ClaimAllocation, b: Bind, uid: str, scene: Scene) -> bool:
         """Write one claim for pod `b`; True if this allocated it, False if it was allocated already."""
@@ -468,8 +469,7 @@ class Executor:
     def _unclaim(self, written: list[tuple[str, bool, str]], made: Container[str] = ()) -> None:
         for claim, fresh, uid in reversed(written):
             if claim in made:
-                self._drop_claim(claim)
-                continue
+                self._release(claim)
             ns, name = split(claim)
             try:
                 obj = self._retry(partial(self.api.get, RESOURCE_CLAIMS, name, ns))

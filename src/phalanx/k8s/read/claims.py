@@ -95,7 +95,8 @@ class Claims:
         if p.node:  # bound without a claim: what it runs with is not DRA's to say
             return [], [], gpus
         key = extended.pending_key(p.namespace, p.name)
-        self.extended[key] = ask
+        uid = str(mapping(obj.get("metadata")).get("uid") or "")
+        self.extended[key] = replace(ask, existing=extended.left_over(self.objects, p.namespace, uid))
         where = f"pod {p.key}: extended resources {', '.join(sorted(ask.resources))}"
         return [], [parse_claim_spec(ask.spec, key, self.classes, False, where)], gpus
 

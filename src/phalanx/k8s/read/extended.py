@@ -64,6 +64,7 @@ class ExtendedAsk:
     spec: dict[str, Any]
     mappings: tuple[dict[str, str], ...]
     resources: frozenset[str]
+    existing: str = ""  # a claim made for it before, left unallocated by a bind that failed: reused
 
 
 def _amounts(container: dict[str, Any]) -> dict[str, Any]:
@@ -130,6 +131,20 @@ def claim_object(ask: ExtendedAsk, namespace: str, pod: str, uid: str) -> dict[s
         },
         "spec": ask.spec,
     }
+
+
+def left_over(claims: dict[str, dict[str, Any]], namespace: str, uid: str) -> str:
+    """An unallocated claim made for the pod's extended resources by an earlier bind that failed
+    (the scheduler never deletes claims: the pod's garbage collection does): its name, or ""."""
+    for _, c in sorted(claims.items()):
+        meta = c.get("metadata") or {}
+        if meta.get("namespace") != namespace or (meta.get("annotations") or {}).get(ANNOTATION) != "true":
+            continue
+        owners = meta.get("ownerReferences") or []
+        mine = any(o.get("controller") and o.get("kind") == "Pod" and o.get("uid") == uid for o in owners)
+        if mine and not (c.get("status") or {}).get("allocation"):
+            return str(meta.get("name") or "")
+    return ""
 
 
 def made_claim(pod: dict[str, Any]) -> str:
