@@ -610,3 +610,22 @@ def test_notes_say_what_was_installed_and_how_to_use_it():
         "phalanx status",
     ):
         assert text in notes, text
+
+
+def test_discovery_reads_the_kubelet_config_file_only_when_named():
+    def spec(values: dict) -> dict:
+        return find(render(values), "DaemonSet", "phalanx-node-discover")["spec"]["template"]["spec"]
+
+    plain = spec({})
+    assert not any(a.startswith("--kubelet-config") for a in plain["containers"][0]["args"])
+    assert [v["name"] for v in plain["volumes"]] == ["sys"]
+    named = spec({"discover": {"kubeletConfig": "/var/lib/kubelet/config.yaml"}})
+    (c,) = named["containers"]
+    assert "--kubelet-config=/host/kubelet-config.yaml" in c["args"]
+    assert {"name": "kubelet-config", "mountPath": "/host/kubelet-config.yaml", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    assert {
+        "name": "kubelet-config",
+        "hostPath": {"path": "/var/lib/kubelet/config.yaml", "type": "File"},
+    } in named["volumes"]

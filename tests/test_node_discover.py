@@ -208,3 +208,32 @@ def test_real_binding_without_a_driver_is_a_note(tmp_path: Path) -> None:
         pytest.skip("this machine has an NVIDIA driver: the note case cannot happen here")
     topo, _ = agent.find(tmp_path, "pynvml")
     assert topo["gpus"] == [] and topo["note"].startswith("NVML could not start")
+
+
+def test_the_kubelets_numa_policy_and_each_numa_nodes_cpus_are_published(tmp_path: Path, nvml: None) -> None:
+    fake_nvml.CONFIG = {"gpus": fake_sysfs.dgx(tmp_path)}
+    for k, cpus in enumerate(("0-55,112-167", "56-111,168-223")):  # 112 hyperthreads each
+        d = tmp_path / "devices" / "system" / "node" / f"node{k}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    cfg = tmp_path / "kubelet.yaml"
+    cfg.write_text(
+        "kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\nreservedSystemCPUs: 0-1,56\n"
+    )
+    topo, _ = agent.find(tmp_path, "fake_nvml", agent.read_kubelet_config(cfg))
+    assert topo == {**DGX, "numaPolicy": "single-numa-node", "numaCpus": [110, 111]}
+    n = parse_node(node("n", annotations={keys.DEVICE_TOPOLOGY: json.dumps(topo)}), AdapterConfig())
+    assert n.numa_policy == "single-numa-node" and n.numa_cpu_milli == (110_000, 111_000)
+    cfg.write_text("topologyManagerPolicy: none\n")  # none: nothing more is published
+    assert agent.find(tmp_path, "fake_nvml", agent.read_kubelet_config(cfg))[0] == DGX
+
+
+def test_a_kubelet_config_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "kubelet.yaml"
+    bad.write_text("- a list\n")
+    r = CliRunner().invoke(
+        app, ["node", "discover", "--print", f"--sys-root={tmp_path}", f"--kubelet-config={bad}"]
+    )
+    assert r.exit_code == 2 and "--kubelet-config" in r.output and "not a KubeletConfiguration" in r.output, (
+        r.output
+    )

@@ -47,6 +47,13 @@ def discover(
     dry_run: Annotated[
         bool, typer.Option("--print", help="Print the annotation; touch no API server.")
     ] = False,
+    kubelet_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="The kubelet's configuration file: its topologyManagerPolicy and reservedSystemCPUs "
+            "are published with the CPUs of each NUMA node."
+        ),
+    ] = None,
 ) -> None:
     """Publish this node's GPUs, RDMA NICs, PCIe switches, NUMA nodes and NVLink groups."""
     from phalanx.node import agent
@@ -58,11 +65,14 @@ def discover(
         if not sys_root.is_dir():
             raise SpecError("--sys-root", f"{sys_root} is not a folder")
         if dry_run:
-            topo, _ = agent.find(sys_root, nvml_module)
+            topo, _ = agent.find(sys_root, nvml_module, agent.read_kubelet_config(kubelet_config))
             typer.echo(json.dumps(topo, indent=2, sort_keys=True))
             return
         name = node_name or os.environ.get("NODE_NAME") or socket.gethostname()
-        agent.run(_client(kubeconfig, in_cluster), name, sys_root, nvml_module, interval, once)
+        agent.read_kubelet_config(kubelet_config)  # a bad file: one line, before anything starts
+        agent.run(
+            _client(kubeconfig, in_cluster), name, sys_root, nvml_module, interval, once, kubelet_config
+        )
 
 
 @node_app.command("reserve")

@@ -69,7 +69,9 @@ class PlacementClasses:
         self.weighted = [(s, w) for s, w in p.scorers if w]
         plugins: list[object] = [*self.filters, *self.scorers]
         self.keyed = class_keyed(plugins)  # declared (a class-statement check, not a runtime protocol's)
-        self.enabled = p.tie_break == "name" and len(self.keyed) == len(plugins)
+        # NUMA alignment is decided device by device on the node (core.numa): no class shares it
+        numa = session.snapshot.cluster.numa_any
+        self.enabled = p.tie_break == "name" and len(self.keyed) == len(plugins) and not numa
         self.classes: dict[ClassKey, PlacementClass] = {}
         self.seen: dict[ClassKey, tuple[int, int, int]] = {}  # class -> the cluster's mark at its last use
         self.broken: set[ClassKey] = set()

@@ -9,13 +9,13 @@ what to refresh.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from phalanx.core.mig import GEOMETRIES, MigGeometry, resolve_geometry
-from phalanx.core.model import MILLI, Node
+from phalanx.core.model import MILLI, NUMA_POLICIES, Node
 
 KIND_ABSENT = 0
 KIND_SHARED = 1
@@ -48,6 +48,7 @@ class DeviceAssignment:
     mig_mask: int = 0
     nics: tuple[int, ...] = ()
     whole: bool = False
+    numa: int = -1  # the NUMA node its exclusive CPUs are charged to (core.numa); -1: the shared pool
 
 
 EMPTY_ASSIGNMENT = DeviceAssignment()
@@ -94,6 +95,25 @@ class ClusterState:
         self.nic_pcie = np.full((n, k), -1, dtype=np.int32)
         self.nic_numa = np.full((n, k), -1, dtype=np.int32)
         self.nic_bw = np.zeros((n, k), dtype=np.float64)
+        # NUMA (core.numa): the Topology Manager policy (index into NUMA_POLICIES), NUMA nodes, CPUs
+        self.numa_policy = np.array([NUMA_POLICIES.index(x.numa_policy) for x in self.nodes], dtype=np.int8)
+        self.numa_zones = np.array(
+            [
+                max(
+                    len(x.numa_cpu_milli),
+                    1 + max([d.numa for d in x.gpus] + [d.numa for d in x.nics], default=0),
+                )
+                for x in self.nodes
+            ],
+            dtype=np.int64,
+        )
+        z = int(self.numa_zones.max(initial=1))
+        self.numa_cpu_cap = np.zeros((n, z), dtype=np.int64)
+        for i, x in enumerate(self.nodes):
+            self.numa_cpu_cap[i, : len(x.numa_cpu_milli)] = x.numa_cpu_milli
+        self.numa_cpu_free = self.numa_cpu_cap.copy()
+        self.numa_aligned = bool((self.numa_policy >= 2).any())  # a node refuses unaligned tasks
+        self.numa_any = bool((self.numa_policy >= 1).any())
 
         for i, node in enumerate(self.nodes):
             for j, gpu in enumerate(node.gpus):
@@ -204,6 +224,8 @@ class ClusterState:
         """Charge a task's resources to node `i` (the caller checked that they fit)."""
         self.cpu_free[i] -= cpu
         self.mem_free[i] -= mem
+        if a.numa >= 0:
+            self.numa_cpu_free[i, a.numa] -= cpu
         if a.mig is not None:
             j = a.gpus[0]
             self.mig_used[i, j] |= a.mig_mask
@@ -220,6 +242,8 @@ class ClusterState:
         """Return what `take` charged."""
         self.cpu_free[i] += cpu
         self.mem_free[i] += mem
+        if a.numa >= 0:
+            self.numa_cpu_free[i, a.numa] += cpu
         if a.mig is not None:
             j = a.gpus[0]
             self.mig_used[i, j] &= ~a.mig_mask
@@ -231,6 +255,14 @@ class ClusterState:
         for j in a.nics:
             self.nic_free[i, j] = True
         self._refresh(i)
+
+    def pinned(self, i: int, exclusive_cpu: bool, a: DeviceAssignment) -> DeviceAssignment:
+        """A task recorded from its bind: where a node accounts CPUs per NUMA node, its exclusive CPUs
+        are on the NUMA node of its first GPU (else the one with the most free CPUs)."""
+        if a.numa >= 0 or not exclusive_cpu or not self.numa_policy[i] or not self.numa_cpu_cap[i].any():
+            return a
+        z = int(self.gpu_numa[i, a.gpus[0]]) if a.gpus else int(np.argmax(self.numa_cpu_free[i]))
+        return replace(a, numa=z)
 
     def set_ready(self, i: int, ready: bool) -> None:
         self.node_ready[i] = ready
@@ -251,6 +283,7 @@ class ClusterState:
         """Raise AssertionError if any node or device is over capacity (used by tests)."""
         assert (self.cpu_free >= 0).all(), "CPU over capacity"
         assert (self.mem_free >= 0).all(), "memory over capacity"
+        assert (self.numa_cpu_free >= 0).all(), "CPU of a NUMA node over capacity"
         assert (self.gpu_milli_free >= 0).all(), "GPU milli over capacity"
         assert (self.gpu_mem_free >= 0).all(), "GPU memory over capacity"
         assert (self.gpu_milli_free <= MILLI).all(), "GPU milli above total"

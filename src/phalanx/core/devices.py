@@ -6,9 +6,11 @@ Vectorised per-GPU usability lives here too, so filtering and device choice agre
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from phalanx.core import numa
 from phalanx.core.cluster import (
     GEOMETRY_LIST,
     KIND_MIG,
@@ -205,12 +207,16 @@ def charge(c: ClusterState, i: int, gpus: Sequence[int], g: GpuRequest) -> Devic
     raise ValueError(f"charge() does not handle {g.kind}")
 
 
-def choose_nics(c: ClusterState, i: int, gpus: Sequence[int], req: TaskRequest) -> tuple[int, ...] | None:
-    """RDMA NICs on the chosen GPUs' PCIe switches first, then their NUMA nodes, then any."""
+def choose_nics(
+    c: ClusterState, i: int, gpus: Sequence[int], req: TaskRequest, zone: int = -1
+) -> tuple[int, ...] | None:
+    """RDMA NICs on the chosen GPUs' PCIe switches first, then their NUMA nodes, then any (only
+    those of NUMA node `zone` if given)."""
     want = req.rdma_nics
     if want == 0:
         return ()
-    free = [int(k) for k in np.nonzero(c.nic_free[i])[0]]
+    free_mask = c.nic_free[i] if zone < 0 else c.nic_free[i] & (c.nic_numa[i] == zone)
+    free = [int(k) for k in np.nonzero(free_mask)[0]]
     switches = {int(c.gpu_pcie[i, j]) for j in gpus}
     numas = {int(c.gpu_numa[i, j]) for j in gpus}
     same = [k for k in free if int(c.nic_pcie[i, k]) in switches]
@@ -234,7 +240,37 @@ def nic_switches(c: ClusterState, i: int, want: int) -> list[int]:
 def default_assignment(
     c: ClusterState, i: int, usable: BoolArray, req: TaskRequest, gpu_choice: Sequence[int] | None = None
 ) -> DeviceAssignment | None:
-    """Pick devices on node i: topology-aware for whole GPUs, best fit for shares, NICs beside the GPUs."""
+    """Pick devices on node i: topology-aware for whole GPUs, best fit for shares, NICs beside the GPUs;
+    on one NUMA node where the node's Topology Manager policy asks it (`core.numa`)."""
+    if c.numa_any and c.numa_policy[i] != numa.NONE:
+        return _numa_assignment(c, i, usable, req, gpu_choice)
+    return _assignment(c, i, usable, req, gpu_choice)
+
+
+def _numa_assignment(
+    c: ClusterState, i: int, usable: BoolArray, req: TaskRequest, gpu_choice: Sequence[int] | None
+) -> DeviceAssignment | None:
+    """The devices on the best-fitting NUMA node that can take the task; a node that must align
+    it and has none: None; best-effort: anywhere then."""
+    must = numa.must_align(c, i, req)
+    for z in numa.zones(c, i, usable, req):
+        if gpu_choice is not None and any(int(c.gpu_numa[i, j]) != z for j in gpu_choice):
+            continue
+        a = _assignment(c, i, usable & (c.gpu_numa[i] == z), req, gpu_choice, zone=z if must else -1)
+        if a is not None:
+            pin = req.exclusive_cpu and bool(c.numa_cpu_cap[i].any())
+            return replace(a, numa=z) if pin else a
+    return None if must else _assignment(c, i, usable, req, gpu_choice)
+
+
+def _assignment(
+    c: ClusterState,
+    i: int,
+    usable: BoolArray,
+    req: TaskRequest,
+    gpu_choice: Sequence[int] | None = None,
+    zone: int = -1,
+) -> DeviceAssignment | None:
     g = req.gpu
     if req.rdma_nics and req.nic_same_pcie and g.kind is not GpuKind.NONE:
         usable = usable & np.isin(c.gpu_pcie[i], nic_switches(c, i, 1))
@@ -258,7 +294,7 @@ def default_assignment(
         if len(gpus) < g.devices:
             return None
         base = charge(c, i, gpus, g)
-    nics = choose_nics(c, i, gpus, req)
+    nics = choose_nics(c, i, gpus, req, zone)
     if nics is None:
         return None
     if not nics:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from phalanx.core import drafit
+from phalanx.core import drafit, numa
 from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, ClusterState, IntArray
 from phalanx.core.decisions import Reason
 from phalanx.core.devices import gpu_usable, model_ok
@@ -120,7 +120,11 @@ def _dra_prefilter(s: Snapshot, req: TaskRequest) -> BoolArray:
 
 
 def find_candidates(
-    s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None, within: IntArray | None = None
+    s: Snapshot,
+    req: TaskRequest,
+    restrict: BoolArray | None = None,
+    within: IntArray | None = None,
+    numa_check: bool = True,
 ) -> Candidates:
     """All nodes where the task fits now, optionally within `restrict` (a mask) or `within` (sorted indices).
 
@@ -157,7 +161,22 @@ def find_candidates(
         cand = Candidates(c, req, rows[keep], usable[keep])
     if req.rdma_nics and len(cand):
         cand = cand.subset(_nics_may_fit(c, cand, req))
+    if numa_check and c.numa_aligned and len(cand):
+        cand = _numa_fit(c, cand, req)
     return cand
+
+
+def _numa_fit(c: ClusterState, cand: Candidates, req: TaskRequest) -> Candidates:
+    """Drop the nodes whose Topology Manager would refuse the task: no NUMA node of theirs can take it."""
+    strict = c.numa_policy[cand.nodes] >= numa.RESTRICTED
+    if not strict.any():
+        return cand
+    keep = np.ones(len(cand), dtype=np.bool_)
+    for k in np.nonzero(strict)[0].tolist():
+        i = int(cand.nodes[k])
+        if numa.must_align(c, i, req):
+            keep[k] = bool(numa.zones(c, i, cand.usable(k), req))
+    return cand if keep.all() else cand.subset(keep)
 
 
 def _nics_may_fit(c: ClusterState, cand: Candidates, req: TaskRequest) -> BoolArray:
@@ -233,12 +252,21 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
         step(c.nic_free.sum(axis=1) >= req.rdma_nics, "rdma", f"fewer than {req.rdma_nics} free RDMA NIC(s)")
         rows = np.nonzero(alive)[0]
         if len(rows):
-            cand = find_candidates(s, req, alive)
+            cand = find_candidates(s, req, alive, numa_check=False)
             ok = np.zeros(n, dtype=np.bool_)
             ok[cand.nodes] = True
             step(
                 ok, "rdma", "no free NIC on the GPUs' PCIe switch" if req.nic_same_pcie else "NICs do not fit"
             )
+    if c.numa_aligned and alive.any():
+        ok = np.zeros(n, dtype=np.bool_)
+        ok[find_candidates(s, req, alive).nodes] = True
+        what = "its GPUs, NICs and exclusive CPUs" if req.exclusive_cpu else "its GPUs and NICs"
+        step(
+            ok,
+            "numa",
+            f"no NUMA node can take {what} (Topology Manager policy restricted or single-numa-node)",
+        )
     return reasons
 
 

@@ -104,6 +104,8 @@ MAX_AMOUNT = 2**53
 # The most devices (GPUs, MIG instances, NICs) one node may have or one task may ask for: a node
 # claiming 10**11 GPUs must be a problem line, not a tuple of 10**11 objects (out of memory).
 MAX_DEVICES = 1024
+# the kubelet's --topology-manager-policy values (phalanx.core.numa)
+NUMA_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +125,20 @@ class Node:
     # devices published by DRA drivers for this node (its GPUs and NICs among them, by role)
     dra: tuple[DraDevice, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
+    # the kubelet's Topology Manager policy (core.numa), and its allocatable CPUs per NUMA node
+    numa_policy: str = "none"
+    numa_cpu_milli: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("name", "node name must not be empty")
+        if self.numa_policy not in NUMA_POLICIES:
+            known = ", ".join(NUMA_POLICIES)
+            raise SpecError(
+                "numa_policy", f"unknown topology manager policy {self.numa_policy!r} (known: {known})"
+            )
+        if any(not 0 <= m <= MAX_AMOUNT for m in self.numa_cpu_milli):
+            raise SpecError("numa_cpu_milli", f"CPUs per NUMA node must be in [0, {MAX_AMOUNT}] milli")
         if not 0 <= self.cpu_milli <= MAX_AMOUNT:
             raise SpecError("cpu_milli", f"CPU must be in [0, {MAX_AMOUNT}], got {self.cpu_milli}")
         if not 0 <= self.memory_mib <= MAX_AMOUNT:
@@ -274,6 +286,8 @@ class TaskRequest:
     claims: tuple[Claim, ...] = ()
     # which of gpu / nic the claims provide; the others (device-plugin GPUs or RDMA NICs) are classic
     claimed: frozenset[str] = frozenset({"gpu", "nic"})
+    # whole cores of a Guaranteed pod: the kubelet's static CPU manager pins them on a NUMA node
+    exclusive_cpu: bool = False
     # `shape_key`, worked out once (the hot paths ask for it millions of times in a long replay)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False, hash=False, default=())
 
@@ -311,6 +325,7 @@ class TaskRequest:
             self.node_affinity,
             tuple(c.key for c in self.claims),  # pods with different claims are never alike
             claims_shape(self.claims),
+            self.exclusive_cpu,
         )
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from phalanx.core import drafit
+from phalanx.core import drafit, numa
 from phalanx.core.classes import PlacementClass, PlacementClasses
 from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason
@@ -294,8 +294,12 @@ class Session:
             claims: tuple[ClaimAllocation, ...] = ()
             if selector is not None:
                 devices = selector.select(ctx, k)
+                if devices is not None and c.numa_any and not numa.respects(c, i, ctx.request, devices):
+                    devices = default_assignment(c, i, ctx.candidates.usable(k), ctx.request)
             else:
                 devices = default_assignment(c, i, ctx.candidates.usable(k), ctx.request)
+            if devices is not None and c.numa_any:
+                devices = c.pinned(i, ctx.request.exclusive_cpu, devices)
             if ctx.request.claims:  # the policy's choice is a preference; the claims decide
                 got = drafit.assign(self.snapshot, i, ctx.request.claims, devices)
                 if got is not None:

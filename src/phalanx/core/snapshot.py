@@ -527,6 +527,7 @@ class Snapshot:
         """Record a task that already runs (e.g. rebuilt from pod annotations at start-up)."""
         entry, task = self._find_task(task_name)
         i = self.node_index(node)
+        devices = self.cluster.pinned(i, task.request.exclusive_cpu, devices)
         self._bind(
             Allocation(task, i, devices, task.request.cpu_milli, task.request.memory_mib, since, claims),
             entry,

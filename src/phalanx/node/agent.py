@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Node
 
+from phalanx.core.errors import SpecError
 from phalanx.node import nvml, topology
 from phalanx.spec.dra import gpu_model
 
@@ -25,9 +27,12 @@ LABELLED_BY = "phalanx.io/gpu-labels"  # set when we wrote the GPU labels (so we
 GFD_PRODUCT, GFD_MEMORY, GFD_COUNT = "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count"
 
 
-def find(sys_root: Path, nvml_module: str) -> tuple[dict[str, Any], list[str]]:
-    """This machine's topology annotation (with a note, and no GPUs, when NVML is not there),
-    and the GPUs' product names as NVML gives them."""
+def find(
+    sys_root: Path, nvml_module: str, kubelet_config: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """This machine's topology annotation (with a note, and no GPUs, when NVML is not there; with
+    the NUMA policy and CPUs when the kubelet's configuration is given), and the GPUs' product
+    names as NVML gives them."""
     note = ""
     gpus: list[nvml.GpuInfo] = []
     try:
@@ -42,7 +47,22 @@ def find(sys_root: Path, nvml_module: str) -> tuple[dict[str, Any], list[str]]:
     out = topology.discover(gpus, sys_root, lambda name: gpu_model(name.replace(" ", "-")))
     if not gpus:
         out["note"] = note or "NVML sees no GPU on this node"
+    out.update(topology.numa_fields(sys_root, kubelet_config or {}))
     return out, [g.name for g in sorted(gpus, key=lambda g: g.index)]
+
+
+def read_kubelet_config(path: Path | None) -> dict[str, Any]:
+    """The kubelet's configuration file (KubeletConfiguration YAML); {} when none is given. Read
+    every look: a changed policy is published with the next one."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError("--kubelet-config", f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError("--kubelet-config", f"{path} is not a KubeletConfiguration (a YAML mapping)")
+    return data
 
 
 def labels_for(topo: dict[str, Any], names: list[str]) -> dict[str, str]:
@@ -85,9 +105,10 @@ def run(
     nvml_module: str,
     interval: float,
     once: bool = False,
+    kubelet_config: Path | None = None,
 ) -> dict[str, Any]:
     while True:
-        topo, names = find(sys_root, nvml_module)
+        topo, names = find(sys_root, nvml_module, read_kubelet_config(kubelet_config))
         if not topo["gpus"]:
             log.info("node %s: no GPUs published: %s", node_name, topo.get("note", ""))
         changed = publish(client, node_name, topo, labels_for(topo, names))

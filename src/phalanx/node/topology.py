@@ -122,3 +122,41 @@ def discover(gpus: list[GpuInfo], sys_root: Path, model_of: Any) -> dict[str, An
         for k, n in enumerate(nics)
     ]
     return {"gpus": out_gpus, "nics": out_nics}
+
+
+def cpu_list(text: str) -> set[int]:
+    """A Linux CPU list ("0-3,8,10-11") as the CPUs it names; raises ValueError if it is not one."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        out.update(range(int(lo), int(hi) + 1) if sep else {int(lo)})
+    return out
+
+
+def numa_cpus(sys_root: Path, reserved: set[int]) -> list[int]:
+    """CPUs of each NUMA node (node0 first) that pods may have: sysfs' cpulist less the kubelet's
+    reservedSystemCPUs. Empty when sysfs shows no NUMA nodes."""
+    base = sys_root / "devices" / "system" / "node"
+    found: dict[int, int] = {}
+    for d in base.glob("node[0-9]*") if base.is_dir() else []:
+        try:
+            found[int(d.name[4:])] = len(cpu_list((d / "cpulist").read_text().strip()) - reserved)
+        except (OSError, ValueError):
+            continue
+    return [found.get(k, 0) for k in range(max(found) + 1)] if found else []
+
+
+def numa_fields(sys_root: Path, kubelet_config: dict[str, Any]) -> dict[str, Any]:
+    """`numaPolicy` and `numaCpus` of the annotation, from the kubelet's configuration (nothing
+    when its Topology Manager policy is none)."""
+    policy = str(kubelet_config.get("topologyManagerPolicy") or "none")
+    if policy == "none":
+        return {}
+    reserved = cpu_list(str(kubelet_config.get("reservedSystemCPUs") or ""))
+    out: dict[str, Any] = {"numaPolicy": policy}
+    cpus = numa_cpus(sys_root, reserved)
+    if cpus:
+        out["numaCpus"] = cpus
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,6 +83,9 @@ class NodeBody(_Strict):
     datasets: dict[str, int | str] = Field(default_factory=dict)
     # ResourceSlice specs (resource.k8s.io/v1 shape) each node publishes; nodeName and pool are the node's
     dra_slices: list[dict[str, Any]] = Field(default_factory=list)
+    # the kubelet's Topology Manager policy (core.numa) and the cores pods may have per NUMA node
+    numa_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "none"
+    numa_cpus: list[int | float | str] = Field(default_factory=list)
 
 
 class NodeSpec(NodeBody):
@@ -210,6 +213,10 @@ def _node(name: str, body: NodeBody, topology: dict[str, str], where: str) -> No
             topology=topology,
             datasets=datasets,
             mig_instances=mig,
+            numa_policy=body.numa_policy,
+            numa_cpu_milli=tuple(
+                cpu_milli(c, f"{where}.numa_cpus[{k}]") for k, c in enumerate(body.numa_cpus)
+            ),
         )
 
 

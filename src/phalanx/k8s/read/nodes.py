@@ -11,7 +11,7 @@ evenly over the GPUs' switches; MIG instances are laid out from the node's
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -49,10 +49,15 @@ class NicTopo(BaseModel):
 class DeviceTopology(BaseModel):
     """Schema of the `phalanx.io/device-topology` node annotation (JSON)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     gpus: list[GpuTopo] = Field(default_factory=list)
     nics: list[NicTopo] = Field(default_factory=list)
     note: str = ""  # why it is empty (no GPUs, no NVML), from `phalanx node discover`
+    # the kubelet's --topology-manager-policy, and the cores pods may have on each NUMA node
+    numa_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = Field(
+        "none", alias="numaPolicy"
+    )
+    numa_cpus: list[float] = Field(default_factory=list, alias="numaCpus")
 
 
 def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
@@ -80,6 +85,10 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
         datasets = {str(k): size_bytes(v, f"{w}.{k}") for k, v in raw.items()}
     for key, (staged, _) in staging_datasets(notes, where).items():
         datasets.setdefault(key, staged)  # being staged: counts as the part that is there
+    topo = _topology(notes, where)
+    numa_cpus = tuple(round(c * 1000) for c in topo.numa_cpus) if topo is not None else ()
+    if any(c < 0 for c in numa_cpus):
+        raise SpecError(f"{where}: annotation {keys.DEVICE_TOPOLOGY}.numaCpus", "cores must be >= 0")
     try:
         return Node(
             name,
@@ -92,6 +101,8 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
             topology,
             datasets,
             mig,
+            numa_policy=topo.numa_policy if topo is not None else "none",
+            numa_cpu_milli=numa_cpus,
         )
     except SpecError as e:
         raise e.located(where) from None

@@ -176,6 +176,7 @@ def _request(
     )
     try:
         return TaskRequest(
+            exclusive_cpu=_exclusive_cpus(spec, where),
             cpu_milli=cpu,
             memory_mib=mem,
             gpu=gpu,
@@ -188,6 +189,28 @@ def _request(
         )
     except SpecError as e:
         raise e.located(where) from None
+
+
+def _exclusive_cpus(spec: dict[str, Any], where: str) -> bool:
+    """Whether the kubelet's static CPU manager pins the pod's CPUs: a Guaranteed pod (every
+    container's CPU and memory limits set, requests equal to them) whose containers ask whole cores."""
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    if not containers:
+        return False
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if "cpu" not in limits or "memory" not in limits:
+            return False
+        cpu = cpu_milli(limits["cpu"], f"{where}: resources.limits.cpu")
+        mem = memory_mib(limits["memory"], f"{where}: resources.limits.memory")
+        asked_cpu = cpu_milli(requests.get("cpu", limits["cpu"]), f"{where}: resources.requests.cpu")
+        asked_mem = memory_mib(
+            requests.get("memory", limits["memory"]), f"{where}: resources.requests.memory"
+        )
+        if cpu % 1000 or asked_cpu != cpu or asked_mem != mem:
+            return False
+    return True
 
 
 def dataset_of(notes: dict[str, str], namespace: str) -> str:
