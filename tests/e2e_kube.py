@@ -230,6 +230,14 @@ class Kube:
                     )
         wait_for("no pods left", lambda: not self.api.list("pods")[0], timeout=30)
 
+    def terminate(self, gone: set[str]) -> None:
+        """Play the kubelet at once: every pod being deleted (a victim terminating) is gone, and
+        its name is added to `gone`."""
+        for n, p in self.pods().items():
+            if p["metadata"].get("deletionTimestamp"):
+                gone.add(n)
+                self.force_delete_pod(n)
+
     def delete_all(self, kinds: tuple[Kind, ...]) -> None:
         """Every object of these kinds, finalizers dropped first (no controller here removes them:
         PodGroupProtection's, a claim's delete-protection), pods without their grace."""

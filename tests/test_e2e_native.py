@@ -229,14 +229,7 @@ def test_disruption_mode_podgroup_preempts_the_whole_gang(kube: Kube) -> None:
 
         gone: set[str] = set()
 
-        def kubelet() -> bool:  # plays the kubelet at once: a victim terminating is gone
-            for n, p in kube.pods().items():
-                if p["metadata"].get("deletionTimestamp"):
-                    gone.add(n)
-                    kube.force_delete_pod(n)
-            return kube.node_of("high-0") == "n0"
-
-        wait_for("the preemptor bound", kubelet)
+        wait_for("the preemptor bound", lambda: kube.terminate(gone) or kube.node_of("high-0") == "n0")
         # minCount 1 would let one pod go (disruptionMode Pod); PodGroup: both go
         assert gone == {"low-0", "low-1"}
         c = wait_for("DisruptionTarget", lambda: condition(kube, "low", "DisruptionTarget"))

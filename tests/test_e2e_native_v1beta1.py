@@ -229,14 +229,7 @@ def test_disruption_mode_all_is_preempted_whole_and_says_so(kube: Kube) -> None:
         member(kube, "high-0", "high", gpus=2, priority=1000)
         gone: set[str] = set()
 
-        def kubelet() -> bool:  # plays the kubelet at once: a victim terminating is gone
-            for n, p in kube.pods().items():
-                if p["metadata"].get("deletionTimestamp"):
-                    gone.add(n)
-                    kube.force_delete_pod(n)
-            return kube.node_of("high-0") == "n0"
-
-        wait_for("the preemptor bound", kubelet)
+        wait_for("the preemptor bound", lambda: kube.terminate(gone) or kube.node_of("high-0") == "n0")
         assert gone == {"low-0", "low-1"}  # minCount 1 with {single: {}} would let one go
         c = wait_for(
             "DisruptionTarget", lambda: status_is(kube, PODGROUPS, "low", "DisruptionTarget", "True")
