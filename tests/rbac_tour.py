@@ -100,7 +100,10 @@ def scheduler_tour(kube: Kube, cfgs: dict[str, str], tmp: Path) -> None:
     kube.api.create("nodes", bare)
     for c in device_classes():
         kube.create(c)
-    for s in dgx_slices("dra-0"):
+    ext = node("ext-0", gpus=0)
+    ext["metadata"]["labels"] = {"pool": "ext"}  # DRA GPUs for a pod asking an extended resource
+    kube.api.create("nodes", ext)
+    for s in [*dgx_slices("dra-0"), *dgx_slices("ext-0")]:
         kube.create(s)
     kube.create(pairs_template("pairs"))
     kube.create(queue("team", 8))
@@ -109,6 +112,11 @@ def scheduler_tour(kube: Kube, cfgs: dict[str, str], tmp: Path) -> None:
         kube.create(_on(pod(f"g-{k}", gpus=4, annotations={"phalanx.io/pod-group": "g"}), "gang"))
     kube.create(_classed("low", 4, "rbac-low", "preempt"))
     kube.create(_on(with_claim(pod("claims"), "pairs"), "dra"))
+    ext = _on(pod("extended"), "ext")  # a GPU through a DeviceClass's implicit extended resource
+    ext["spec"]["containers"][0]["resources"]["limits"] = {
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"
+    }
+    kube.create(ext)
     kube.create(_on(pod("busy", gpus=8, annotations={keys.ESTIMATED_RUNTIME: "600"}), "stage"))
     _dataset(kube)
     api = Api.connect(kubeconfig=cfgs["scheduler"])
@@ -125,7 +133,7 @@ def scheduler_tour(kube: Kube, cfgs: dict[str, str], tmp: Path) -> None:
     t = threading.Thread(target=s.run, daemon=True)
     t.start()
     try:
-        _bound(kube, "g-0", "g-1", "low", "claims", "busy")
+        _bound(kube, "g-0", "g-1", "low", "claims", "busy", "extended")
         kube.run_pod("low")
         kube.create(_classed("high", 4, "rbac-high", "preempt"))  # evicts low
         wait_for(

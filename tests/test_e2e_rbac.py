@@ -53,13 +53,11 @@ UNUSED_HERE |= {
     for verb in ("list", "watch")
 }
 UNUSED_HERE[("phalanx-scheduler", "scheduling.k8s.io", "compositepodgroups/status", "patch")] = _CPG
-# A pod's extended resources served by DRA (KEP-5004): its claim made and named in its status;
-# tests/test_e2e_extended.py (patch only when a bind fails after the claim was made)
-_EXT = "a claim for extended resources DRA serves: tests/test_e2e_extended.py"
-UNUSED_HERE |= {
-    ("phalanx-scheduler", "resource.k8s.io", "resourceclaims", verb): _EXT for verb in ("create", "patch")
-}
-UNUSED_HERE[("phalanx-scheduler", "", "pods/status", "patch")] = _EXT
+# A pod's extended resources served by DRA (KEP-5004): the tour's pod "extended" has its claim made
+# and named in its status; patch only removes the finalizer of a claim whose bind then failed
+UNUSED_HERE[("phalanx-scheduler", "resource.k8s.io", "resourceclaims", "patch")] = (
+    "a claim made for extended resources whose bind failed (tests/test_k8s_extended.py)"
+)
 # Asked by the API server itself, inside another request: (account, group, resource, verb) -> the
 # request that implies it.
 IMPLIED = {

@@ -144,7 +144,9 @@ class Preempt:
         if not gang:
             return
         q = entry.workload.queue
-        spent = budgets.cluster_hold(session, self.guards.budget, self.name)
+        spent = budgets.cluster_hold(session, self.guards.budget, self.name) or budgets.queues_hold(
+            session, self.guards.budget, self.name, {q}
+        )
         if spent is not None and not any(
             self._exempt(entry)(v) for v in holds.running_in(session, (q,)) if v.name != entry.name
         ):  # no victim of lower priority, which the budget does not hold

@@ -6,7 +6,9 @@ time its tasks fit and the nodes that give it. Until then, other workloads may u
 nodes only if they will finish before that time (the `reservation` filter), so the big gang
 is never starved by a stream of small ones. With `min_wait`, only a head that has waited that
 many seconds gets nodes earmarked: before that it competes in the workload order like any other,
-and the nodes it would hold back keep working.
+and the nodes it would hold back keep working. `head: queue` takes the head from the queue the
+profile's queue order serves first (furthest below its fair share) rather than the oldest of
+all queues: a rich queue's old gang then does not hold back the nodes a poor queue needs.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from phalanx.core.session import Reservation, Session
 class Reserve:
     name = "reserve"
 
-    def __init__(self, min_gpus: int = 8, min_wait: float = 0.0) -> None:
+    def __init__(self, min_gpus: int = 8, min_wait: float = 0.0, head: str = "oldest") -> None:
         if not min_wait >= 0:
             raise ValueError("min_wait must be >= 0 seconds")
+        if head not in ("oldest", "queue"):
+            raise ValueError(f"head must be oldest or queue, got {head!r}")
         self.min_gpus = min_gpus
         self.min_wait = min_wait
+        self.by_queue = head == "queue"
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
@@ -41,6 +46,9 @@ class Reserve:
             heads += [e for e in group.values() if not e.bound]
         if not heads:
             return
+        if self.by_queue:
+            first = min({e.workload.queue for e in heads}, key=session.queue_key)
+            heads = [e for e in heads if e.workload.queue == first]
         head = min(heads, key=lambda e: (e.workload.creation_time, e.name))
         if self.min_wait and session.clock - head.workload.creation_time < self.min_wait:
             due = head.workload.creation_time + self.min_wait

@@ -24,7 +24,7 @@ from phalanx.spec.quantity import whole_number
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 IMPLICIT = "deviceclass.resource.kubernetes.io/"
 FINALIZER = "resource.kubernetes.io/delete-protection"
-_PENDING = ":extended-resources"  # ':' is in no object's name: the key of a claim not made yet
+_PENDING = " (extended resources)"  # ' ' is in no object's name: the key of a claim not made yet
 MAX_COUNT = 1024
 
 
