@@ -35,6 +35,7 @@ from phalanx.k8s.client.kinds import JOBS, NODES, POD_GROUPS, PODS, QUEUES, WATC
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import Decision, Forecasting, decide
 from phalanx.k8s.loop.assume import Assumptions
+from phalanx.k8s.loop.group_lookup import GroupLookup
 from phalanx.k8s.loop.heap import Heap
 from phalanx.k8s.loop.leader import LEASE, LeaderElector
 from phalanx.k8s.loop.repeat_memory import Memory, RepeatMemory
@@ -122,6 +123,7 @@ class Scheduler:
         self.metrics = Metrics(cfg.shard.me.name if cfg.shard is not None else "")
         self.rng = np.random.default_rng(seed)
         self.informers = Informers(api, WATCHED, self.store, self.stop_event, cfg.rediscover_seconds)
+        self.lookup = GroupLookup(api, self.store, self.informers.watched)
         self.translations = Translations()
         self.carry = Carry()  # the snapshot kept from one cycle to the next
         self.heap = Heap(cfg.gc_full_every_s)  # full collections between cycles, not inside them
@@ -237,6 +239,9 @@ class Scheduler:
         self.last_cycle = now
         generation = self.store.generation  # before the reads: a change during the cycle counts
         read = self._read(now, generation)
+        if self.lookup.look(read.world):  # a gang's PodGroup its watch had not delivered yet
+            generation = self.store.generation
+            read = self._read(now, generation)
         world = read.world
         self._keep_service(world.snapshot, now)
         self.cycles += 1

@@ -1,0 +1,80 @@
+"""A gang's PodGroup read directly when its pods came before it on the watches.
+
+Pods and PodGroups come on separate watches, so a cycle can see a gang's pods before the
+PodGroup that was made first: read without it, the pods present would be the gang (a gang of
+one, placed alone or evicting for one). So when a cycle's world has a group that its pods name
+(our label, KAI's, Volcano's or scheduler-plugins' key) but no PodGroup object, the PodGroup is
+asked for directly, once per group, in every PodGroup kind the scheduler watches; one found is put
+in the watch cache as its watch would have put it, and the cycle reads again. One not found is a
+group of the pods present, as before (its PodGroup, if made later, comes on its watch).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from phalanx.k8s.client.api import Api, ApiError
+from phalanx.k8s.client.cache import Store
+from phalanx.k8s.client.kinds import BY_KEY
+from phalanx.k8s.keys import GROUP_KEYS, POD_GROUP_KINDS
+from phalanx.k8s.read.world import World
+
+log = logging.getLogger("phalanx.k8s")
+KINDS = tuple(f"{g}/{v}/{p}" for g, v, p in POD_GROUP_KINDS)
+FORGET_S = 600.0  # a group looked up this long ago may be looked up again (its pods remade)
+AT_MOST = 32  # lookups a cycle: a burst of label-only groups is spread over cycles
+
+
+class GroupLookup:
+    """Which groups were looked up, and the lookups themselves."""
+
+    def __init__(self, api: Api, store: Store, watched: Callable[[], tuple[str, ...]]) -> None:
+        self.api = api
+        self.store = store
+        self.watched = watched  # the kind keys being watched (`Informers.watched`)
+        self.done: dict[tuple[str, str], float] = {}
+        self.found = 0
+
+    def missing(self, world: World) -> list[tuple[str, str]]:
+        """(namespace, name) of the groups whose pods name a PodGroup the cache does not hold."""
+        out = []
+        for g in world.groups.values():
+            if g.pod_group is not None or not g.pods or g.pods[0].scheduling_group:
+                continue
+            name = g.pods[0].tag(GROUP_KEYS)
+            if name and g.name == f"{g.namespace}/{name}" and (g.namespace, name) not in self.done:
+                out.append((g.namespace, name))
+        return out
+
+    def look(self, world: World) -> bool:
+        """Look the missing PodGroups up; True when one was found (the cycle reads again)."""
+        todo = self.missing(world)
+        if not todo:
+            return False
+        now = time.monotonic()
+        if len(self.done) > 4096:
+            self.done = {k: t for k, t in self.done.items() if now - t < FORGET_S}
+        watched = set(self.watched())
+        kinds = [BY_KEY[k] for k in KINDS if k in watched]
+        found = False
+        for ns, name in todo[:AT_MOST]:
+            self.done[(ns, name)] = now
+            for kind in kinds:
+                try:
+                    obj = self.api.get(kind, name, ns)
+                except ApiError as e:  # a lookup is a best effort: the watch still brings it
+                    log.info("could not look up %s %s/%s: %s", kind.key, ns, name, e)
+                    continue
+                if obj is not None:
+                    log.info(
+                        "PodGroup %s/%s (%s) came after its pods on the watches: read directly",
+                        ns,
+                        name,
+                        kind.key,
+                    )
+                    self.store.apply(kind.key, "ADDED", obj)
+                    self.found += 1
+                    found = True
+        return found
