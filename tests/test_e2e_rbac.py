@@ -53,6 +53,13 @@ UNUSED_HERE |= {
     for verb in ("list", "watch")
 }
 UNUSED_HERE[("phalanx-scheduler", "scheduling.k8s.io", "compositepodgroups/status", "patch")] = _CPG
+# A PodGroup looked up when its pods came first on the watches (tests/test_e2e_group_race.py); the
+# tour makes its PodGroups before their pods, so it asks for none of them
+_LOOKUP = "a PodGroup its watch had not delivered when its pods came (tests/test_e2e_group_race.py)"
+UNUSED_HERE |= {
+    ("phalanx-scheduler", g, "podgroups", "get"): _LOOKUP
+    for g in ("scheduling.phalanx.io", "scheduling.run.ai", "scheduling.volcano.sh", "scheduling.x-k8s.io")
+}
 # A pod's extended resources served by DRA (KEP-5004): the tour's pod "extended" has its claim made
 # and named in its status; patch only removes the finalizer of a claim whose bind then failed
 UNUSED_HERE[("phalanx-scheduler", "resource.k8s.io", "resourceclaims", "patch")] = (
