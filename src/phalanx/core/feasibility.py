@@ -215,7 +215,9 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
 
     step(c.node_ready, "nodeready", "node not ready")
     if req.node_selector or req.node_affinity:
-        step(s.selector_mask(req), "nodeaffinity", "node selector or affinity does not match")
+        asked = ", ".join(f"{k}={v}" for k, v in sorted(req.node_selector.items()))
+        what = f"node selector ({asked}) or affinity" if asked else "node affinity"
+        step(s.selector_mask(req), "nodeaffinity", f"{what} does not match")
     step(s.static_mask(req) | ~s.selector_mask(req), "tainttoleration", "taint not tolerated")
     step(c.cpu_free >= req.cpu_milli, "resources", "insufficient CPU")
     step(c.mem_free >= req.memory_mib, "resources", "insufficient memory")

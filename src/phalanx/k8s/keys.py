@@ -34,6 +34,10 @@ KAI_FRACTION_CONTAINER = "gpu-fraction-container-name"  # KAI: which container g
 # read by Phalanx
 DEVICE_TOPOLOGY = "phalanx.io/device-topology"  # node annotation, JSON (docs/kubernetes.md)
 CACHED_DATASETS = "phalanx.io/cached-datasets"  # node annotation, JSON {"ns/name": "150Gi"}: ready copies
+# read as a label of every node whose dataset cache agent publishes CACHED_DATASETS (never written):
+# a pod that mounts its dataset from the node's cache (DATASET_VOLUME) goes only to such a node
+CACHE_AGENT = "phalanx.io/dataset-cache-agent"
+DATASET_VOLUME = "phalanx-dataset"  # the webhook's hostPath volume of a pod's cached dataset
 STAGING_DATASETS = "phalanx.io/staging-datasets"  # node annotation, JSON {"ns/name": "<staged>/<total>"}
 STAGE_DATASETS = "phalanx.io/stage-datasets"  # node annotation by the scheduler: {"ns/name": "<workload>"}
 QUEUE = "phalanx.io/queue"

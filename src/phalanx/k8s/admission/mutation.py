@@ -31,7 +31,7 @@ from phalanx.k8s.read.pods import dataset_of, parse_pod
 from phalanx.spec.datasets import dataset_key
 
 HAMI_RESOURCES = (keys.HAMI_GPUMEM, keys.HAMI_GPUMEM_PERCENT, "nvidia.com/gpucores", keys.GPU_RESOURCE)
-DATASET_VOLUME = "phalanx-dataset"
+DATASET_VOLUME = keys.DATASET_VOLUME
 DATASET_ENV = "PHALANX_DATASET_DIR"
 _MAX_BASE = 40  # ConfigMap names stay well under 63 characters (some tools mount them as volumes)
 

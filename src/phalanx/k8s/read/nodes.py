@@ -75,6 +75,8 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
         for t in (obj.get("spec") or {}).get("taints") or []
     )
     topology = {level: labels[key] for level, key in cfg.levels if key in labels}
+    if keys.CACHED_DATASETS in notes:  # its dataset cache agent publishes: pods mounting a dataset may go
+        labels[keys.CACHE_AGENT] = "true"
     gpus, nics, mig = _devices(name, labels, notes, alloc, cfg)
     datasets: dict[str, int] = {}
     if keys.CACHED_DATASETS in notes:

@@ -182,13 +182,24 @@ def _request(
             gpu=gpu,
             rdma_nics=rdma,
             nic_same_pcie=notes.get(keys.RDMA_SAME_PCIE, "").lower() == "true",
-            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            node_selector=_node_selector(spec),
             tolerations=tolerations,
             dataset=dataset_of(notes, namespace),
             node_affinity=_node_affinity(spec.get("affinity"), where),
         )
     except SpecError as e:
         raise e.located(where) from None
+
+
+def _node_selector(spec: dict[str, Any]) -> dict[str, str]:
+    """The pod's node selector; a pod that mounts its dataset from the node's cache (the webhook's
+    hostPath volume) also needs a node whose dataset cache agent runs, or it would wait in
+    FailedMount for a copy nothing ever makes."""
+    out = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+    for v in spec.get("volumes") or []:
+        if isinstance(v, dict) and v.get("name") == keys.DATASET_VOLUME and v.get("hostPath"):
+            out[keys.CACHE_AGENT] = "true"
+    return out
 
 
 def _exclusive_cpus(spec: dict[str, Any], where: str) -> bool:
