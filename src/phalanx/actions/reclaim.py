@@ -13,7 +13,10 @@ preemptor then fits. A queue that finds no victims because a guard protects them
 runtime, a workload that is not preemptible) is told which guard and until when (`actions.holds`).
 `checkpoint_window` and `repeat_window` are the victim guards of `actions.evict.Guards` (see
 `Preempt`): with `repeat_window` two queues cannot take the same workloads back and forth.
-`budget: {queue: N, cluster: M}` caps the evictions an hour (`actions.budget`).
+`budget: {queue: N, cluster: M}` caps the evictions an hour (`actions.budget`). `margin: m`
+(hysteresis, a fraction of what is owed): a queue reclaims only below (1 - m) x what it is owed,
+and only from queues above (1 + m) x theirs, so two queues near their shares do not trade
+workloads back and forth.
 """
 
 from __future__ import annotations
@@ -48,9 +51,13 @@ class Reclaim:
         checkpoint_window: float = 0.0,
         repeat_window: float = 0.0,
         budget: dict[str, object] | None = None,
+        margin: float = 0.0,
     ) -> None:
         if checkpoint_window < 0 or repeat_window < 0:
             raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"margin must be a fraction of what a queue is owed in [0, 1), got {margin!r}")
+        self.margin = margin
         self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget))
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
@@ -73,12 +80,13 @@ class Reclaim:
         tries = 0
         failed: set[object] = set()  # (queue, demand) that could not reclaim: their likes cannot either
         waiting = session.pending_by_queue()
-        short = [q for q in waiting if s.usage_of(q)[GPU] < owed[q][GPU] - EPS]
+        low, high = 1.0 - self.margin, 1.0 + self.margin
+        short = [q for q in waiting if s.usage_of(q)[GPU] < low * owed[q][GPU] - EPS]
         for entry in session.pending_for_eviction(short):
             if tries >= self.max_preemptors:
                 break
             q = entry.workload.queue
-            if s.usage_of(q)[GPU] >= owed[q][GPU] - EPS or (q, entry.demand_key) in failed:
+            if s.usage_of(q)[GPU] >= low * owed[q][GPU] - EPS or (q, entry.demand_key) in failed:
                 continue  # owed nothing any more, or alike ones found no victims
             gang, _ = gang_tasks(entry)
             if not gang:  # placed earlier in this cycle
@@ -93,7 +101,7 @@ class Reclaim:
             over = {
                 name
                 for name in tree.queues
-                if tree.is_leaf(name) and name != q and s.usage_of(name)[GPU] > owed[name][GPU] + EPS
+                if tree.is_leaf(name) and name != q and s.usage_of(name)[GPU] > high * owed[name][GPU] + EPS
             }
             if not over:
                 continue
