@@ -94,7 +94,10 @@ def scheduler_tour(kube: Kube, cfgs: dict[str, str], tmp: Path) -> None:
             }
         )
     for n, gpus in (("gang", 8), ("preempt", 4), ("share", 8), ("stage", 8)):
-        kube.api.create("nodes", node(f"{n}-0", gpus=gpus, labels={"pool": n}))
+        # stage-0 runs a dataset cache agent (it publishes what it holds: nothing yet), so a pod
+        # mounting a cached dataset may go there and the scheduler asks it to stage ahead
+        notes = {keys.CACHED_DATASETS: "{}"} if n == "stage" else None
+        kube.api.create("nodes", node(f"{n}-0", gpus=gpus, labels={"pool": n}, annotations=notes))
     bare = node("dra-0", gpus=0)
     bare["metadata"]["labels"] = {"pool": "dra"}  # its GPUs only DRA publishes
     kube.api.create("nodes", bare)

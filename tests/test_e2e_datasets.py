@@ -200,6 +200,8 @@ def test_bad_credentials_end_in_a_clear_status(kube: Kube, s3: Any, source: Any,
             },
         }
     )
+    for name, ds in (("reader", "imagenet"), ("typo", "imagenett")):  # bound here, as if scheduled
+        kube.create(pod(name, node="gpu-d", annotations={keys.DATASET: ds}))
     agent = _agent(kube, "gpu-d", tmp_path / "cache-d", "--once")
     out, _ = agent.communicate(timeout=60)
     entry = _status(kube)["nodes"]["gpu-d"]
@@ -207,6 +209,11 @@ def test_bad_credentials_end_in_a_clear_status(kube: Kube, s3: Any, source: Any,
     assert "denied" in entry["reason"] and "check the credentials" in entry["reason"]
     notes = (kube.api.get("nodes", "gpu-d") or {})["metadata"]["annotations"]
     assert json.loads(notes[keys.CACHED_DATASETS]) == {}
+    # the pods are told, not only kubelet's FailedMount: a Warning Event with the reason
+    (told,) = [m for r, m in kube.events("reader") if r == "DatasetNotCached"]
+    assert "staging Dataset default/imagenet on node gpu-d failed" in told and "denied" in told, told
+    (told,) = [m for r, m in kube.events("typo") if r == "DatasetNotCached"]
+    assert "Dataset default/imagenett does not exist" in told, told
 
 
 def test_scheduler_asks_for_staging_ahead_of_a_waiting_gang(

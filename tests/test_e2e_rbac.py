@@ -53,6 +53,10 @@ UNUSED_HERE |= {
     for verb in ("list", "watch")
 }
 UNUSED_HERE[("phalanx-scheduler", "scheduling.k8s.io", "compositepodgroups/status", "patch")] = _CPG
+# The cache agent tells a pod whose dataset cannot be cached; the tour's dataset stages fine
+UNUSED_HERE[("phalanx-cache", "", "events", "create")] = (
+    "a pod whose dataset cannot be cached (tests/test_e2e_datasets.py, bad credentials)"
+)
 # A PodGroup looked up when its pods came first on the watches (tests/test_e2e_group_race.py); the
 # tour makes its PodGroups before their pods, so it asks for none of them
 _LOOKUP = "a PodGroup its watch had not delivered when its pods came (tests/test_e2e_group_race.py)"

@@ -7,7 +7,10 @@ place here), then the Datasets that name this node (`spec.nodes`, a warm-up). It
 it holds in `phalanx.io/cached-datasets` (ready copies) and `phalanx.io/staging-datasets`
 (`staged/total` bytes), which the scheduler's locality plugin reads, and its state per node in
 the Dataset's status. A copy a pod on this node uses is never evicted; others go least recently
-used first when space is needed, and when their Dataset is deleted.
+used first when space is needed, and when their Dataset is deleted. A pod bound here whose
+dataset cannot be cached (its Dataset missing or bad, its staging failed) is told why by a
+Warning Event `DatasetNotCached` (once per pod and reason): its own Events otherwise show only
+kubelet's FailedMount.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.core_v1 import Node, Pod, Secret
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Node, Pod, Secret
 from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -86,6 +92,8 @@ class CacheAgent:
         self.stop = threading.Event()
         self.failed: dict[str, tuple[float, str]] = {}  # key -> (when, reason), retried after RETRY_S
         self.seen_pods: set[str] = set()
+        self.told: set[tuple[str, str]] = set()  # (pod uid, reason) a DatasetNotCached Event said
+        self.pod_uids: dict[str, str] = {}  # namespace/name -> uid of the pods bound here
         self.published: dict[str, str] = {}
         self.metrics.capacity.set(store.capacity)
 
@@ -111,7 +119,32 @@ class CacheAgent:
             w = todo[0]
             self._stage(datasets[w.key], w, {x.key for x in wants} & set(in_use))
             self._publish()
+        self._tell(in_use, datasets, bad)
         return todo
+
+    def _tell(self, in_use: dict[str, list[str]], datasets: dict[str, Dataset], bad: dict[str, str]) -> None:
+        """A Warning Event on each pod here whose dataset cannot be cached, saying why."""
+        for key, pods in in_use.items():
+            if key in self.store.ready():
+                continue
+            if key in bad:
+                why = f"Dataset {key} cannot be read: {bad[key]}"
+            elif key not in datasets:
+                why = f"Dataset {key} does not exist: create it, or fix the pod's {DATASET} annotation"
+            elif key in self.failed:
+                why = f"staging Dataset {key} on node {self.node} failed: {self.failed[key][1]}"
+            else:
+                continue
+            for pod in pods:
+                uid = self.pod_uids.get(pod, "")
+                if (uid, why) in self.told:
+                    continue
+                self.told.add((uid, why))
+                ns, name = pod.split("/", 1)
+                try:
+                    self.client.create(_event(ns, name, uid, self.node, why))
+                except Exception as e:  # an Event is a courtesy: the Dataset's status says it too
+                    log.warning("could not tell pod %s that its dataset is not cached: %s", pod, e)
 
     def run(self, interval: float) -> None:
         while not self.stop.is_set():
@@ -160,6 +193,7 @@ class CacheAgent:
                 continue
             out.setdefault(key, []).append(f"{ns}/{meta.get('name')}")
             uid = str(meta.get("uid") or "")
+            self.pod_uids[f"{ns}/{meta.get('name')}"] = uid
             if uid and uid not in self.seen_pods:
                 self.seen_pods.add(uid)
                 (self.metrics.hits if key in self.store.ready() else self.metrics.misses).inc()
@@ -368,6 +402,21 @@ class CacheAgent:
             self.client.patch(DatasetRes.Status, name, body, namespace=ns, patch_type=PatchType.MERGE)
         except Exception as e:  # the Dataset may be gone; the node annotation still says the truth
             log.debug("dataset %s: status not written: %s", key, e)
+
+
+def _event(ns: str, pod: str, uid: str, node: str, why: str) -> Event:
+    now = datetime.now(UTC)
+    return Event(
+        metadata=ObjectMeta(generateName=f"{pod}.", namespace=ns),
+        involvedObject=ObjectReference(kind="Pod", namespace=ns, name=pod, uid=uid, apiVersion="v1"),
+        reason="DatasetNotCached",
+        message=why,
+        type="Warning",
+        source=EventSource(component="phalanx-cache", host=node),
+        firstTimestamp=now,
+        lastTimestamp=now,
+        count=1,
+    )
 
 
 def _now() -> str:
