@@ -264,6 +264,21 @@ class ClusterState:
         z = int(self.gpu_numa[i, a.gpus[0]]) if a.gpus else int(np.argmax(self.numa_cpu_free[i]))
         return replace(a, numa=z)
 
+    def recut(self, i: int, j: int, layout: frozenset[tuple[str, int]]) -> None:
+        """Start cutting idle MIG GPU (i, j) into `layout` ((profile, start) pairs): until
+        `recut_done`, all its slots and compute are taken, so nothing is placed on it."""
+        assert self.mig_used[i, j] == 0 and self.mig_compute[i, j] == 0, "only an idle GPU is recut"
+        self.mig_static[(i, j)] = layout
+        self.mig_used[i, j] = (1 << 8) - 1
+        self.mig_compute[i, j] = 7
+        self._touch(i)
+
+    def recut_done(self, i: int, j: int) -> None:
+        """The new instances of (i, j) exist: it serves its new layout."""
+        self.mig_used[i, j] = 0
+        self.mig_compute[i, j] = 0
+        self._touch(i)
+
     def set_ready(self, i: int, ready: bool) -> None:
         self.node_ready[i] = ready
         self._touch(i)

@@ -36,7 +36,11 @@ def run_cycle(
     first gangs of a burst while the rest are decided; the result still holds every bind.
 
     Deterministic: same snapshot, profile, clock and rng state give the same result.
+
+    MIG GPUs whose repartition (an earlier cycle's decision) is due serve their new layout first.
     """
+    if snapshot.recuts:
+        snapshot.finish_recuts(clock)
     session = Session(snapshot, profile, clock, rng, stream)
     try:
         for action in profile.actions:
@@ -47,6 +51,7 @@ def run_cycle(
         raise
     if apply:
         session.keep()
+        snapshot.begin_recuts(result, clock)
         snapshot.settle(result)
         snapshot.note_evictions(result, clock)
     else:

@@ -256,6 +256,30 @@ def holds_text(holds: tuple[Hold, ...], when: Callable[[float], str] = sim_time,
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Repartition:
+    """An idle MIG GPU cut anew (`actions.repartition`): its instances before and after
+    (`profile@start`), and when the new ones are ready (the GPU serves nothing until then)."""
+
+    node: str
+    gpu: int  # the device index the node reports
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    until: float
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": "repartition",
+            "node": self.node,
+            "gpu": self.gpu,
+            "before": list(self.before),
+            "after": list(self.after),
+            "until": self.until,
+            "reason": self.reason,
+        }
+
+
 @dataclass(slots=True)
 class CycleResult:
     """Everything one cycle decided, in decision order."""
@@ -263,6 +287,7 @@ class CycleResult:
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    repartitions: list[Repartition] = field(default_factory=list)
     # when the clock alone may change what the next cycle decides (`phalanx.core.wake`); None: only
     # a change to the snapshot can
     wake: Wake | None = None
@@ -277,4 +302,5 @@ class CycleResult:
         out: list[dict[str, object]] = [e.to_dict() for e in self.evictions]
         out += [b.to_dict() for b in self.binds]
         out += [p.to_dict() for p in self.pending]
+        out += [r.to_dict() for r in self.repartitions]
         return out

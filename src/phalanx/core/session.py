@@ -16,7 +16,7 @@ import numpy as np
 from phalanx.core import drafit, numa
 from phalanx.core.classes import PlacementClass, PlacementClasses
 from phalanx.core.cluster import BoolArray, IntArray
-from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason
+from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason, Repartition
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
@@ -70,6 +70,7 @@ class Session:
         self.reservation: Reservation | None = None
         # the earliest moment an action said its answer changes by the clock alone (`wake_at`)
         self.wake: Wake | None = None
+        self.repartitions: list[Repartition] = []  # MIG GPUs cut anew this cycle (actions.repartition)
         # per-cycle memo of derived state (e.g. the victim list), keyed by what it depends on
         self.memo: dict[object, object] = {}
         self._classes: PlacementClasses | None = None
@@ -419,6 +420,7 @@ class Session:
         out.pending = [
             p for w, p in self.pending.items() if w not in placed or not s.workloads[w].is_complete
         ]
+        out.repartitions = list(self.repartitions)
         return out
 
     def keep(self) -> None:

@@ -324,6 +324,10 @@ class Snapshot:
         # (time, workload, queue) of the evictions of the last WINDOW_S, oldest first: what the
         # eviction budgets count (`phalanx.actions.budget`); each workload once per cycle
         self._recent: collections.deque[tuple[float, str, str]] = collections.deque()
+        # MIG GPUs being cut anew (actions.repartition): (node, GPU position) -> when they are ready,
+        # and when each GPU was last cut (a GPU is not cut again within the action's interval)
+        self.recuts: dict[tuple[int, int], float] = {}
+        self.recut_at: dict[tuple[int, int], float] = {}
         self._seeded = False
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}
@@ -597,13 +601,34 @@ class Snapshot:
             self.release_epoch += 1
 
     def apply(self, result: CycleResult, now: float = 0.0) -> None:
-        """Carry out a cycle's decisions on this cache (evictions first, then binds)."""
+        """Carry out a cycle's decisions on this cache (evictions first, then binds, then recuts)."""
         for ev in result.evictions:
             self.release(ev.task)
         for b in result.binds:
             self.bind_existing(b.task, b.node, self.assignment_of(b), since=now, claims=b.claims)
+        self.begin_recuts(result, now)
         self.settle(result)
         self.note_evictions(result, now)
+
+    def begin_recuts(self, result: CycleResult, now: float) -> None:
+        """The cycle's repartitions: each GPU serves nothing until its new instances are ready."""
+        for r in result.repartitions:
+            i = self.node_index(r.node)
+            j = next(k for k, g in enumerate(self.nodes[i].gpus) if g.index == r.gpu)
+            layout = frozenset((p, int(st)) for p, _, st in (x.partition("@") for x in r.after))
+            self.cluster.recut(i, j, layout)
+            self.recuts[(i, j)] = r.until
+            self.recut_at[(i, j)] = now
+            self.touched.add(i)
+
+    def finish_recuts(self, now: float) -> None:
+        """Recuts whose time has come: their GPUs serve their new layouts."""
+        for key, until in list(self.recuts.items()):
+            if until <= now:
+                del self.recuts[key]
+                self.cluster.recut_done(*key)
+                self.touched.add(key[0])
+                self.release_epoch += 1  # new room: workloads parked for want of it are looked at again
 
     def note_evictions(self, result: CycleResult, now: float) -> None:
         """Remember, per evicted workload, the shape of the workload each eviction made room for,

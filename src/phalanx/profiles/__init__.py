@@ -20,6 +20,7 @@ from phalanx.actions.backfill import Backfill
 from phalanx.actions.consolidate import Consolidate
 from phalanx.actions.preempt import Preempt
 from phalanx.actions.reclaim import Reclaim
+from phalanx.actions.repartition import Repartition
 from phalanx.actions.replan import Replan
 from phalanx.actions.reserve import Reserve
 from phalanx.core import traits
@@ -63,6 +64,7 @@ ACTIONS: Mapping[str, Callable[..., Action]] = {
     "consolidate": Consolidate,
     "reserve": Reserve,
     "replan": Replan,
+    "repartition": Repartition,
 }
 SCORERS: Mapping[str, Callable[..., NodeScorer]] = {
     "random": RandomScorer,

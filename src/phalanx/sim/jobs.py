@@ -56,6 +56,7 @@ class JobSpec:
     where: str = ""
     groups: tuple[JobGroup, ...] = ()  # a multi-level gang: its tasks split into these subgroups
     restart_s: float | None = None  # what an eviction costs its GPUs to start again; None: the replay's
+    mig: str = ""  # a MIG profile ("1g.10gb"): each task asks one such slice (gpus: one per task)
 
     def __post_init__(self) -> None:
         where = self.where or f"job {self.name}"
@@ -75,6 +76,12 @@ class JobSpec:
             raise SpecError(where, f"checkpoint interval must be >= 0 s, got {self.checkpoint_interval}")
         if self.min_tasks < 0 or self.min_tasks > self.task_count:
             raise SpecError(where, f"min tasks must be in [0, {self.task_count}], got {self.min_tasks}")
+        if self.mig and (
+            not self.mig[:1].isdigit() or not self.mig[1:2] == "g" or self.gpus != self.task_count
+        ):
+            raise SpecError(
+                where, f"a MIG job asks one slice (like 1g.10gb) per task, got {self.mig!r} x {self.gpus}"
+            )
         if not 0 < self.gpu_milli <= MILLI:
             raise SpecError(where, f"GPU share per task must be in (0, 1000] milli, got {self.gpu_milli}")
         if self.groups and sum(g.tasks for g in self.groups) != self.task_count:
@@ -99,13 +106,17 @@ class JobSpec:
 
     @property
     def gpu_amount(self) -> float:
-        """GPUs the whole job holds (shares count as fractions)."""
+        """GPUs the whole job holds (shares count as fractions, MIG slices as their compute sevenths)."""
+        if self.mig:
+            return self.task_count * int(self.mig[0]) / 7
         return self.task_count * self.gpu_milli / MILLI if self.gpu_milli < MILLI else float(self.gpus)
 
     def workload(self, checkpoint_interval: float = 0.0, estimated_runtime: float | None = None) -> Workload:
         """The job as a gang; the replay supplies its default checkpoint interval and run-time estimate."""
         n = self.task_count
-        if self.gpus == 0:
+        if self.mig:
+            gpu = GpuRequest.mig(self.mig)
+        elif self.gpus == 0:
             gpu = GpuRequest.none()
         elif self.gpu_milli < MILLI:
             gpu = GpuRequest.fraction(self.gpu_milli / MILLI)
