@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from phalanx.core.decisions import Bind, CycleResult
+from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.core.snapshot_diff import differences
@@ -87,6 +88,12 @@ class Scheduler:
         executor: Executor | None = None,
         seed: int = 0,
     ) -> None:
+        if any(getattr(a, "name", "") == "repartition" for a in profile.actions):
+            raise SpecError(
+                f"profile {profile.name}: actions: repartition",
+                "MIG repartitions are decided and replayed by the twin only so far: no node agent carries "
+                "them out on Kubernetes yet (phalanx simulate takes this profile)",
+            )
         self.api = api
         self.cfg = cfg
         self.profile = profile
