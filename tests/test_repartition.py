@@ -119,5 +119,5 @@ def test_the_kubernetes_scheduler_refuses_a_profile_it_cannot_carry_out() -> Non
     from phalanx.k8s.config import AdapterConfig
     from phalanx.k8s.loop.scheduler import Scheduler
 
-    with pytest.raises(SpecError, match="repartition.*twin only"):
+    with pytest.raises(SpecError, match=r"repartition.*twin only"):
         Scheduler(object(), AdapterConfig(), profile())  # type: ignore[arg-type]
