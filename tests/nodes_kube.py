@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -172,6 +173,32 @@ def node_env(name: str) -> dict[str, str]:
     return out
 
 
+def kubelet_api_refused(node: RealNode, wait_s: float = 15.0) -> str:
+    """Why the kubelet's API port (what `kubectl logs` and `exec` reach) does not answer, with what
+    the kubelet's log says of listening; "" when it answers."""
+    ip, port = node.env.get("NODEKIT_NODE_IP", ""), node.env.get("NODEKIT_KUBELET_PORT", "")
+    if not ip or not port:
+        return ""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            socket.create_connection((ip, int(port)), timeout=2).close()
+            return ""
+        except OSError as e:
+            if time.monotonic() > deadline:
+                log = Path(node.env.get("NODEKIT_DIR", "/nonexistent")) / "logs" / "kubelet.log"
+                said = [
+                    ln
+                    for ln in (log.read_text(errors="replace") if log.exists() else "").splitlines()
+                    if "listen" in ln.lower() or "bind" in ln.lower()
+                ]
+                return (
+                    f"kubelet API {ip}:{port} does not answer ({e}); the kubelet's log on listening:\n"
+                    + "\n".join(said[-10:])
+                )
+            time.sleep(0.5)
+
+
 def node_up(kubeconfig: Path, name: str, images: list[Path], extra_env: dict[str, str]) -> RealNode:
     env = dict(os.environ)
     env["NODEKIT_IMAGES"] = " ".join(str(i) for i in images)
@@ -181,13 +208,20 @@ def node_up(kubeconfig: Path, name: str, images: list[Path], extra_env: dict[str
             [f"{NODEKIT}/node-up.sh", str(kubeconfig), name], capture_output=True, text=True, env=env
         )
         if up.returncode == 0:
-            return RealNode(name, node_env(name))
+            node = RealNode(name, node_env(name))
+            why = kubelet_api_refused(node)
+            if not why:
+                return node
+            # node-up checks the kubelet's healthz port only: its API port (logs, exec) can have
+            # failed to bind (a CI-like run under load: every `kubectl logs` of a node refused)
+            up = subprocess.CompletedProcess(up.args, 1, up.stdout, why)
         subprocess.run([f"{NODEKIT}/node-down.sh", name], capture_output=True)
         # the kit picks the kubelet's ports at random in 32100-40099, inside the kernel's ephemeral
         # range (32768-60999): a connection of another test (a watch lives for minutes) can hold the
         # port it picked by the time the kubelet binds it (seen once in CI). Another pick is the fix
         # for a port chosen before it is bound; any other failure is reported at once.
-        if attempt == 2 or "bind: address already in use" not in up.stderr:
+        refused = up.stderr.startswith("kubelet API")
+        if attempt == 2 or ("bind: address already in use" not in up.stderr and not refused):
             break
     pytest.fail(f"node-up.sh {name} failed:\n{up.stderr[-4000:]}")
 
