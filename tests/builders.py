@@ -23,8 +23,9 @@ from phalanx.core.model import (
     Workload,
 )
 from phalanx.core.profile import Profile
+from phalanx.core.queues import Queue, QueueTree, ResourceQuota
 from phalanx.core.snapshot import Snapshot
-from phalanx.profiles import load_profile
+from phalanx.profiles import compile_profile, load_profile
 from phalanx.spec.quantity import memory_mib
 
 
@@ -263,3 +264,27 @@ def dgx(name: str, rack: str = "r0", spine: str = "s0") -> Node:
 
 
 __all__ = ["Scenario", "dgx", "make_node", "make_workload", "replace"]
+
+
+def reclaiming(args: dict[str, Any]) -> Profile:
+    """allocate + reclaim with these arguments, quota admission, fair-share queue order."""
+    return compile_profile(
+        {
+            "name": "r",
+            "tie_break": "name",
+            "actions": [{"name": "allocate"}, {"name": "reclaim", "args": args}],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+
+
+def two_queues(gpus: int, profile: Profile) -> Scenario:
+    """One node of `gpus` GPUs, queues a and b deserving half of them each."""
+    half = {"gpu": ResourceQuota(gpus * 1000 // 2)}
+    sc = Scenario([make_node("n").cpu(64).memory("256Gi").gpus(gpus).build()], [], profile=profile)
+    sc.snapshot = Snapshot(
+        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(half)), Queue("b", quotas=dict(half))])
+    )
+    return sc

@@ -5,36 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from builders import Scenario, make_node, make_workload
+from builders import Scenario, make_node, make_workload, two_queues
+from builders import reclaiming as reclaim_with
 from phalanx.actions.budget import Budget
 from phalanx.core.decisions import CLUSTER_BUDGET, QUEUE_BUDGET
-from phalanx.core.queues import Queue, QueueTree, ResourceQuota
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.profile import Profile
 from phalanx.profiles import compile_profile
 
 
-def reclaiming(budget: dict[str, int]) -> object:
-    return compile_profile(
-        {
-            "name": "r",
-            "tie_break": "name",
-            "actions": [{"name": "allocate"}, {"name": "reclaim", "args": {"budget": budget}}],
-            "order": [{"name": "priority"}],
-            "admission": [{"name": "quota"}],
-            "queue_order": {"name": "fairshare"},
-        }
-    )
+def reclaiming(budget: dict[str, int]) -> Profile:
+    return reclaim_with({"budget": budget})
 
 
-def borrowed(prof: object, gang: int = 0) -> Scenario:
+def borrowed(prof: Profile, gang: int = 0) -> Scenario:
     """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share; a then asks for 2: two
     one-GPU jobs, or one gang of `gang` tasks."""
-    gpu = {"gpu": ResourceQuota(2000)}
-    node = make_node("n").cpu(64).memory("256Gi").gpus(4).build()
-    sc = Scenario([node], [], profile=prof)
-    sc.snapshot = Snapshot(
-        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))])
-    )
+    sc = two_queues(4, prof)
     for k in range(4):
         sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
     sc.cycle()

@@ -5,30 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from builders import Scenario, make_node, make_workload
-from phalanx.core.queues import Queue, QueueTree, ResourceQuota
-from phalanx.core.snapshot import Snapshot
+from builders import Scenario, make_workload, reclaiming, two_queues
 from phalanx.profiles import compile_profile
 
 
 def near_shares(margin: float) -> Scenario:
     """10 GPUs, 5 deserved each: b runs 6 (1.2x), a runs 4 (0.8x) and asks for one more."""
-    prof = compile_profile(
-        {
-            "name": "r",
-            "tie_break": "name",
-            "actions": [{"name": "allocate"}, {"name": "reclaim", "args": {"margin": margin}}],
-            "order": [{"name": "priority"}],
-            "admission": [{"name": "quota"}],
-            "queue_order": {"name": "fairshare"},
-        }
-    )
-    gpu = {"gpu": ResourceQuota(5000)}
-    node = make_node("n").cpu(64).memory("256Gi").gpus(10).build()
-    sc = Scenario([node], [], profile=prof)
-    sc.snapshot = Snapshot(
-        sc.nodes, queues=QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))])
-    )
+    sc = two_queues(10, reclaiming({"margin": margin}))
     for k in range(6):
         sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
     sc.cycle()

@@ -24,10 +24,12 @@ from phalanx.core.session import Session
 Layout = frozenset[tuple[str, int]]
 
 
-def _place(geo: MigGeometry, names: list[str], allowed: Layout | None) -> tuple[list[int], Layout]:
-    """Lay `names` (profiles, in order) on an empty GPU, each at its first free start (only at the
-    (profile, start) pairs of `allowed` if given); which of them fit, and the instances made."""
-    used, compute = 0, 0
+def _place(
+    geo: MigGeometry, names: list[str], allowed: Layout | None, used: int = 0, compute: int = 0
+) -> tuple[list[int], Layout, int, int]:
+    """Lay `names` (profiles, in order) on a GPU whose slots `used` and `compute` are taken (empty
+    by default), each at its first free start (only at the (profile, start) pairs of `allowed` if
+    given): which of them fit, the instances made, and the slots and compute taken then."""
     served: list[int] = []
     made: set[tuple[str, int]] = set()
     for k, name in enumerate(names):
@@ -42,28 +44,18 @@ def _place(geo: MigGeometry, names: list[str], allowed: Layout | None) -> tuple[
         compute += prof.compute
         made.add((name, s))
         served.append(k)
-    return served, frozenset(made)
+    return served, frozenset(made), used, compute
 
 
 def cut_for(geo: MigGeometry, names: list[str]) -> tuple[list[int], Layout]:
     """A layout for waiting slices: the largest first; the rest of the GPU in the smallest slices.
     Which of `names` it serves, and its instances."""
     order = sorted(range(len(names)), key=lambda k: (-geo.profiles[names[k]].slots, k))
-    served_sorted, made = _place(geo, [names[k] for k in order], None)
+    served_sorted, made, used, compute = _place(geo, [names[k] for k in order], None)
     served = sorted(order[k] for k in served_sorted)
     smallest = min(geo.profiles.values(), key=lambda p: (p.slots, p.compute, p.max_instances == 1))
-    used = 0
-    compute = 0
-    for name, s in made:
-        used |= geo.profiles[name].slot_mask(s)
-        compute += geo.profiles[name].compute
-    fill = set(made)
-    for s in geo.free_starts(smallest, used, compute):
-        if used & smallest.slot_mask(s) == 0 and compute + smallest.compute <= 7:
-            used |= smallest.slot_mask(s)
-            compute += smallest.compute
-            fill.add((smallest.name, s))
-    return served, frozenset(fill)
+    _, rest, _, _ = _place(geo, [smallest.name] * len(smallest.starts), None, used, compute)
+    return served, made | rest
 
 
 def _label(layout: Layout) -> tuple[str, ...]:
@@ -101,7 +93,7 @@ class Repartition:
             geo = c.geometry(*key)
             if geo is not None:
                 mine = [n for n in names if n in geo.profiles]
-                served, _ = _place(geo, mine, c.mig_static[key])
+                served, *_ = _place(geo, mine, c.mig_static[key])
                 for n in [mine[k] for k in served]:
                     names.remove(n)
         if not names:
@@ -122,7 +114,7 @@ class Repartition:
             mine = [n for n in names if n in geo.profiles]
             if not mine:
                 continue
-            now_serves, _ = _place(geo, mine, c.mig_static[(i, j)])
+            now_serves, *_ = _place(geo, mine, c.mig_static[(i, j)])
             served, layout = cut_for(geo, mine)
             if len(served) <= len(now_serves) or layout == c.mig_static[(i, j)]:
                 continue

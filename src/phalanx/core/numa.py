@@ -22,7 +22,7 @@ from __future__ import annotations
 from phalanx.core.cluster import BoolArray, ClusterState, DeviceAssignment
 from phalanx.core.model import NUMA_POLICIES, GpuKind, TaskRequest
 
-NONE, BEST_EFFORT, RESTRICTED, SINGLE = (NUMA_POLICIES.index(p) for p in NUMA_POLICIES)
+NONE, BEST_EFFORT, RESTRICTED, SINGLE = range(len(NUMA_POLICIES))  # indices into NUMA_POLICIES
 
 
 def _gpus(req: TaskRequest) -> int:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from phalanx.k8s.client.api import Api, ApiError
 from phalanx.k8s.client.cache import Store
-from phalanx.k8s.client.kinds import BY_KEY
-from phalanx.k8s.keys import GROUP_KEYS, POD_GROUP_KINDS
+from phalanx.k8s.client.kinds import BY_KEY, PODS
+from phalanx.k8s.keys import POD_GROUP_KINDS
+from phalanx.k8s.read.groups import group_id
 from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -28,7 +30,8 @@ AT_MOST = 32  # lookups a cycle: a burst of label-only groups is spread over cyc
 
 
 class GroupLookup:
-    """Which groups were looked up, and the lookups themselves."""
+    """Which groups were looked up, and the lookups themselves. Only the pods that changed since the
+    last look are looked at (the watch cache's feed), so a cycle's cost follows what changed."""
 
     def __init__(self, api: Api, store: Store, watched: Callable[[], tuple[str, ...]]) -> None:
         self.api = api
@@ -36,17 +39,37 @@ class GroupLookup:
         self.watched = watched  # the kind keys being watched (`Informers.watched`)
         self.done: dict[tuple[str, str], float] = {}
         self.found = 0
+        self.since: int | None = None  # the cache's generation at the last look (None: look at all)
+
+    def _changed_pods(self) -> list[dict[str, Any]]:
+        """The pods that changed since the last look (all of them the first time, or when the feed
+        no longer reaches back that far)."""
+        now = self.store.generation  # first: a change while this reads is seen again next time
+        changes = self.store.changes(self.since) if self.since is not None else None
+        self.since = now
+        if changes is None:
+            return self.store.items(PODS.key)
+        keys_ = changes.get(PODS.key, set())
+        if keys_ is None:
+            return self.store.items(PODS.key)
+        return [o for k in sorted(keys_) if (o := self.store.get(PODS.key, k)) is not None]
 
     def missing(self, world: World) -> list[tuple[str, str]]:
-        """(namespace, name) of the groups whose pods name a PodGroup the cache does not hold."""
-        out = []
-        for g in world.groups.values():
-            if g.pod_group is not None or not g.pods or g.pods[0].scheduling_group:
+        """(namespace, name) of the groups whose changed pods name a PodGroup the cache does not hold."""
+        out: dict[tuple[str, str], None] = {}
+        for obj in self._changed_pods():
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            if (spec.get("schedulingGroup") or {}).get("podGroupName"):
+                continue  # Kubernetes' own PodGroups: their pods wait for them (read.groups)
+            ns = str(meta.get("namespace") or "default")
+            gid = group_id(ns, meta.get("labels") or {}, meta.get("annotations") or {})
+            g = world.groups.get(gid) if gid else None
+            if g is None or g.pod_group is not None:
                 continue
-            name = g.pods[0].tag(GROUP_KEYS)
-            if name and g.name == f"{g.namespace}/{name}" and (g.namespace, name) not in self.done:
-                out.append((g.namespace, name))
-        return out
+            key = (ns, gid.partition("/")[2])
+            if key not in self.done:
+                out[key] = None
+        return list(out)
 
     def look(self, world: World) -> bool:
         """Look the missing PodGroups up; True when one was found (the cycle reads again)."""
