@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import socket
+import threading
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -54,6 +56,17 @@ def discover(
             "are published with the CPUs of each NUMA node."
         ),
     ] = None,
+    mig_recut: Annotated[
+        bool,
+        typer.Option(
+            "--mig-recut/--no-mig-recut",
+            help="Carry out the MIG repartitions the scheduler writes on this Node (phalanx.io/mig-layout) "
+            "through NVML, on GPUs nothing uses.",
+        ),
+    ] = False,
+    mig_interval: Annotated[
+        float, typer.Option(help="Seconds between looks for MIG repartitions (with --mig-recut).")
+    ] = 5.0,
 ) -> None:
     """Publish this node's GPUs, RDMA NICs, PCIe switches, NUMA nodes and NVLink groups."""
     from phalanx.node import agent
@@ -70,8 +83,18 @@ def discover(
             return
         name = node_name or os.environ.get("NODE_NAME") or socket.gethostname()
         agent.read_kubelet_config(kubelet_config)  # a bad file: one line, before anything starts
+        if mig_interval <= 0:
+            raise SpecError("--mig-interval", f"must be > 0 s, got {mig_interval:g}")
         agent.run(
-            _client(kubeconfig, in_cluster), name, sys_root, nvml_module, interval, once, kubelet_config
+            _client(kubeconfig, in_cluster),
+            name,
+            sys_root,
+            nvml_module,
+            interval,
+            once,
+            kubelet_config,
+            mig_recut,
+            mig_interval,
         )
 
 
@@ -111,20 +134,35 @@ def device_plugin(
     ),
     sys_root: opt.SysRoot = Path("/sys"),
     nvml_module: opt.NvmlModule = "pynvml",
+    mig_strategy: Annotated[
+        str,
+        typer.Option(
+            help="none: MIG GPUs are not offered (NVIDIA's plugin may offer them); mixed: each MIG profile "
+            "as nvidia.com/mig-<profile>, following recuts (NVIDIA's mixed strategy)."
+        ),
+    ] = "none",
 ) -> None:
-    """Serve nvidia.com/gpu to kubelet, allocating the GPUs Phalanx chose for each pod."""
-    from phalanx.node import nvml
+    """Serve nvidia.com/gpu (and MIG devices) to kubelet, allocating what Phalanx chose for each pod."""
+    from phalanx.node import migplugin, nvml
     from phalanx.node.deviceplugin import ApiPods, Plugin, node_gpus
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with user_errors():
         if not socket_dir.is_dir():
             raise SpecError("--socket-dir", f"{socket_dir} is not a folder (is this a kubelet's node?)")
+        if mig_strategy not in ("none", "mixed"):
+            raise SpecError("--mig-strategy", f"expected none or mixed, got {mig_strategy!r}")
         try:
             gpus = node_gpus(sys_root, nvml_module)
         except nvml.NvmlUnavailable as e:
             raise SpecError("NVML", str(e)) from None
         name = node_name or os.environ.get("NODE_NAME") or socket.gethostname()
-        plugin = Plugin(gpus, ApiPods(_client(kubeconfig, in_cluster), name), socket_dir)
+        pods = ApiPods(_client(kubeconfig, in_cluster), name)
+        plugin = Plugin(gpus, pods, socket_dir)
     signal.signal(signal.SIGTERM, lambda *_: plugin.stop.set())
+    if mig_strategy == "mixed":
+        read = partial(migplugin.mig_slots, sys_root, nvml_module)
+        threading.Thread(
+            target=migplugin.serve, args=(pods, socket_dir, read, plugin.stop), name="mig", daemon=True
+        ).start()
     plugin.run()

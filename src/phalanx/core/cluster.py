@@ -130,6 +130,9 @@ class ClusterState:
                     static = node.mig_instances.get(gpu.index)
                     if static:
                         self.mig_static[(i, j)] = frozenset((s.profile, s.start) for s in static)
+                    if gpu.index in node.mig_recutting:  # serves nothing until its new layout is there
+                        self.mig_used[i, j] = (1 << 8) - 1
+                        self.mig_compute[i, j] = 7
                 else:
                     self.gpu_kind[i, j] = KIND_SHARED
                     self.gpu_milli_free[i, j] = MILLI

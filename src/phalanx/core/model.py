@@ -128,6 +128,11 @@ class Node:
     # the kubelet's Topology Manager policy (core.numa), and its allocatable CPUs per NUMA node
     numa_policy: str = "none"
     numa_cpu_milli: tuple[int, ...] = ()
+    # MIG GPUs (by index) whose repartition a driver reads as under way: `mig_instances` holds the
+    # layout they are being cut into, and they serve nothing until it is there; and when each GPU
+    # was last asked to be cut (a GPU is not cut again within the repartition's interval)
+    mig_recutting: frozenset[int] = frozenset()
+    mig_recut_at: Mapping[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -328,6 +329,12 @@ class Snapshot:
         # and when each GPU was last cut (a GPU is not cut again within the action's interval)
         self.recuts: dict[tuple[int, int], float] = {}
         self.recut_at: dict[tuple[int, int], float] = {}
+        for i, node in enumerate(ordered):  # as a driver read them: done when the node says so
+            for j, gpu in enumerate(node.gpus):
+                if gpu.index in node.mig_recut_at:
+                    self.recut_at[(i, j)] = node.mig_recut_at[gpu.index]
+                if gpu.index in node.mig_recutting and gpu.mig_enabled:
+                    self.recuts[(i, j)] = math.inf
         self._seeded = False
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
         self._domains: dict[str, IntArray] = {}

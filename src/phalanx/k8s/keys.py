@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from phalanx.spec import mig_layout
+
 GROUP = "scheduling.phalanx.io"
 VERSION = "v1alpha1"
 
@@ -22,6 +24,8 @@ GPU_DEVICES = "phalanx.io/gpu-devices"  # "0,1": GPU indices on the node
 GPU_FRACTION = "phalanx.io/gpu-fraction"  # "0.5": share of each GPU in GPU_DEVICES
 GPU_MEMORY = "phalanx.io/gpu-memory"  # "10240": MiB of each GPU in GPU_DEVICES (shares)
 MIG_SLICE = "phalanx.io/mig-slice"  # "3g.40gb@4": profile and start slot on GPU_DEVICES[0]
+MIG_LAYOUT = mig_layout.LAYOUT  # node annotation: the MIG layouts the scheduler wants
+MIG_LAYOUT_STATUS = mig_layout.STATUS  # node annotation: the node agent's answers to them
 RDMA_NICS = "phalanx.io/rdma-nics"  # "0,1": RDMA NIC indices
 NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod (on the Binding; before it, by older versions)
 GANG_PLAN = "phalanx.io/gang-plan"  # on a gang's first pod, before its binds: every member's assignment

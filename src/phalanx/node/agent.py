@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,26 @@ def publish(client: Client, node_name: str, topo: dict[str, Any], labels: dict[s
     return True
 
 
+def recut_once(client: Client, node_name: str, nvml_module: str) -> bool:
+    """Carry out the MIG repartitions asked of this node (`phalanx.node.recut`); True when a GPU's
+    layout changed, so that the topology is published at once."""
+    from phalanx.node import recut
+
+    try:
+        nv = nvml.load(nvml_module)
+    except nvml.NvmlUnavailable as e:
+        log.info("node %s: no MIG recuts: %s", node_name, e)
+        return False
+    try:
+        given = recut.look(client, node_name, nv)
+    except Exception as e:  # the API is away: ask again at the next look
+        log.warning("node %s: MIG recuts not looked at: %s", node_name, e)
+        return False
+    finally:
+        nv.nvmlShutdown()
+    return any(a.state == "applied" for a in given.values())
+
+
 def run(
     client: Client,
     node_name: str,
@@ -106,19 +127,27 @@ def run(
     interval: float,
     once: bool = False,
     kubelet_config: Path | None = None,
+    mig_recut: bool = False,
+    mig_interval: float = 5.0,
 ) -> dict[str, Any]:
+    """Publish every `interval` s; with `mig_recut`, look every `mig_interval` s for repartitions
+    the scheduler asked of this node, and publish at once after one."""
+    next_full = -math.inf
     while True:
-        topo, names = find(sys_root, nvml_module, read_kubelet_config(kubelet_config))
-        if not topo["gpus"]:
-            log.info("node %s: no GPUs published: %s", node_name, topo.get("note", ""))
-        changed = publish(client, node_name, topo, labels_for(topo, names))
-        log.info(
-            "node %s: %d GPU(s), %d RDMA NIC(s)%s",
-            node_name,
-            len(topo["gpus"]),
-            len(topo["nics"]),
-            ", patched" if changed else ", unchanged",
-        )
-        if once:
-            return topo
-        time.sleep(interval)
+        cut = recut_once(client, node_name, nvml_module) if mig_recut else False
+        if cut or time.monotonic() >= next_full:
+            next_full = time.monotonic() + interval
+            topo, names = find(sys_root, nvml_module, read_kubelet_config(kubelet_config))
+            if not topo["gpus"]:
+                log.info("node %s: no GPUs published: %s", node_name, topo.get("note", ""))
+            changed = publish(client, node_name, topo, labels_for(topo, names))
+            log.info(
+                "node %s: %d GPU(s), %d RDMA NIC(s)%s",
+                node_name,
+                len(topo["gpus"]),
+                len(topo["nics"]),
+                ", patched" if changed else ", unchanged",
+            )
+            if once:
+                return topo
+        time.sleep(mig_interval if mig_recut else interval)

@@ -52,11 +52,11 @@ class PodSource(Protocol):
         """Record on the pod that these GPUs were handed out to it."""
 
 
-def _gpus_asked(pod: dict[str, Any]) -> int:
+def _asked(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
     total = 0
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = c.get("resources") or {}
-        amount = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE)
+        amount = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
         total += int(str(amount)) if amount and str(amount).isdigit() else 0
     return total
 
@@ -85,26 +85,36 @@ class Plugin:
             meta = p.get("metadata") or {}
             if (p.get("status") or {}).get("phase", "Pending") != "Pending" or meta.get("deletionTimestamp"):
                 continue
-            if GPU_ALLOCATED in (meta.get("annotations") or {}) or not _gpus_asked(p):
+            if GPU_ALLOCATED in (meta.get("annotations") or {}) or not _asked(p, self.resource):
                 continue
             out.append(p)
         return sorted(
             out, key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), p["metadata"]["name"])
         )
 
-    def _planned(self, size: int) -> tuple[dict[str, Any], list[str]] | None:
-        """The pod being admitted, if Phalanx placed it, and the GPUs of its next container."""
+    def listed(self) -> list[tuple[str, int]]:
+        """The devices offered now: (ID, NUMA node)."""
+        return [(g.uuid, g.numa) for g in self.gpus]
+
+    def wanted(self, pod: dict[str, Any]) -> list[str] | None:
+        """The device IDs Phalanx chose for the pod, all its containers' in order (None: no choice of
+        ours, or one this node does not have)."""
         by_index = {g.index: g.uuid for g in self.gpus}
+        idx = _indices(pod)
+        if not idx or not all(i in by_index for i in idx):
+            return None
+        return [by_index[i] for i in idx]
+
+    def _planned(self, size: int) -> tuple[dict[str, Any], list[str]] | None:
+        """The pod being admitted, if Phalanx placed it, and the devices of its next container."""
         for p in self._waiting():
-            idx = _indices(p)
-            if not idx:
+            ids = self.wanted(p)
+            if not ids:
                 return None  # the oldest waiting pod is not ours: no preference
             with self.lock:
                 start = self.given.get(p["metadata"].get("uid", ""), 0)
-            want = idx[start : start + size]
-            if len(want) == size and all(i in by_index for i in want):
-                return p, [by_index[i] for i in want]
-            return None
+            want = ids[start : start + size]
+            return (p, want) if len(want) == size else None
         return None
 
     def prefer(self, available: list[str], must: list[str], size: int) -> list[str]:
@@ -118,8 +128,9 @@ class Plugin:
                 want,
                 planned[0]["metadata"].get("name"),
             )
-        numa = {g.uuid: g.numa for g in self.gpus}
-        order = {g.uuid: g.index for g in self.gpus}
+        listed = self.listed()
+        numa = dict(listed)
+        order = {uuid: k for k, (uuid, _) in enumerate(listed)}
         home = {numa.get(u, 0) for u in must}
         rest = sorted(
             (u for u in available if u not in must),
@@ -135,12 +146,12 @@ class Plugin:
             return
         pod = planned[0]
         uid = pod["metadata"].get("uid", "")
+        every = self.wanted(pod) or []
         with self.lock:
             self.given[uid] = self.given.get(uid, 0) + len(uuids)
-            done = self.given[uid] >= len(_indices(pod))
+            done = self.given[uid] >= len(every)
         if done:
-            by_index = {g.index: g.uuid for g in self.gpus}
-            self.source.mark(pod, [by_index[i] for i in _indices(pod)])
+            self.source.mark(pod, every)
             with self.lock:
                 self.given.pop(uid, None)
 
@@ -149,15 +160,19 @@ class Plugin:
         return M["DevicePluginOptions"](get_preferred_allocation_available=True)
 
     def _list_and_watch(self, request: Any, context: Any) -> Iterator[Any]:
-        devices = [
-            M["Device"](
-                ID=g.uuid, health=HEALTHY, topology=M["TopologyInfo"](nodes=[M["NUMANode"](ID=g.numa)])
-            )
-            for g in self.gpus
-        ]
-        yield M["ListAndWatchResponse"](devices=devices)
-        while not self.stop.wait(1.0) and context.is_active():
-            pass
+        """The devices, and again whenever they change (a MIG recut): kubelet's offer follows."""
+        sent: list[tuple[str, int]] | None = None
+        while True:
+            now = self.listed()
+            if now != sent:
+                devices = [
+                    M["Device"](ID=i, health=HEALTHY, topology=M["TopologyInfo"](nodes=[M["NUMANode"](ID=n)]))
+                    for i, n in now
+                ]
+                yield M["ListAndWatchResponse"](devices=devices)
+                sent = now
+            if self.stop.wait(1.0) or not context.is_active():
+                return
 
     def _preferred(self, request: Any, context: Any) -> Any:
         out = M["PreferredAllocationResponse"]()
@@ -169,7 +184,7 @@ class Plugin:
         return out
 
     def _allocate(self, request: Any, context: Any) -> Any:
-        known = {g.uuid for g in self.gpus}
+        known = {i for i, _ in self.listed()}
         out = M["AllocateResponse"]()
         for c in request.container_requests:
             ids = list(c.devices_ids)
@@ -234,7 +249,7 @@ class Plugin:
                 version=VERSION, endpoint=self.endpoint, resource_name=self.resource, options=opts
             )
             call(req, timeout=timeout)
-        log.info("registered %s with kubelet: %d GPU(s)", self.resource, len(self.gpus))
+        log.info("registered %s with kubelet: %d device(s)", self.resource, len(self.listed()))
 
     def _kubelet_socket(self) -> tuple[int, int] | None:
         """Which kubelet.sock is there: (inode, change time); None when there is none."""

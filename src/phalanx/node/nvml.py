@@ -6,9 +6,10 @@ for, so that machines without NVIDIA's library (and CI) never need it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 
@@ -106,3 +107,130 @@ def _nvlink_peers(nv: ModuleType, h: Any) -> list[str]:
         except Exception:
             continue
     return sorted(set(peers))
+
+
+# ---------------------------------------------------------------------------------------- MIG recuts
+class MigBusy(Exception):
+    """A process runs on an instance of the GPU: it is not cut (a running slice is never lost)."""
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance with its compute instance) as containers get it."""
+
+    gpu: int  # the parent GPU's index
+    slice: str  # "1g.10gb@3"
+    uuid: str
+    busy: bool  # a process runs on it
+
+
+def mig_devices(nv: ModuleType, gpu: GpuInfo) -> list[MigDevice]:
+    """The MIG devices of a MIG-enabled GPU, with their UUIDs and whether a process runs on each."""
+    h = nv.nvmlDeviceGetHandleByIndex(gpu.index)
+    out: list[MigDevice] = []
+    try:
+        count = nv.nvmlDeviceGetMaxMigDeviceCount(h)
+    except Exception:
+        return out
+    for k in range(count):
+        try:
+            m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            name = _text(nv.nvmlDeviceGetName(m))
+            gi = nv.nvmlDeviceGetGpuInstanceById(h, nv.nvmlDeviceGetGpuInstanceId(m))
+            start = int(nv.nvmlGpuInstanceGetInfo(gi).placement.start)
+            uuid = _text(nv.nvmlDeviceGetUUID(m))
+        except Exception:
+            continue
+        try:
+            busy = bool(nv.nvmlDeviceGetComputeRunningProcesses(m))
+        except Exception:  # not answered: count it as busy, so that it is never cut
+            busy = True
+        out.append(MigDevice(gpu.index, f"{name.rsplit(' ', 1)[-1]}@{start}", uuid, busy))
+    return out
+
+
+def _gi_profiles(nv: ModuleType, h: Any) -> dict[int, Any]:
+    """The GPU's GPU-instance profiles by their profile id (the `ID` nvidia-smi mig -lgip shows)."""
+    out: dict[int, Any] = {}
+    for k in range(int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 16))):
+        try:
+            info = nv.nvmlDeviceGetGpuInstanceProfileInfo(h, k)
+        except Exception:
+            continue
+        out[int(info.id)] = info
+    return out
+
+
+def _listed(nv: ModuleType, fn: Any, handle: Any, pid: int, kind: str) -> list[Any]:
+    """An NVML list call with its out-parameters (an array of handles and their count)."""
+    struct = getattr(nv, kind, None)
+    refs: Any = (struct * 8)() if struct is not None else [None] * 8
+    count = ctypes.c_uint(0)
+    fn(handle, pid, refs, ctypes.byref(count))
+    return [refs[k] for k in range(count.value)]
+
+
+def _destroy_all(nv: ModuleType, h: Any, profiles: dict[int, Any]) -> None:
+    """Every compute instance, then every GPU instance (NVML refuses a GPU instance that still has one)."""
+    ci_count = int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 8))
+    for pid in profiles:
+        for gi in _listed(nv, nv.nvmlDeviceGetGpuInstances, h, pid, "c_nvmlGpuInstance_t"):
+            for cp in range(ci_count):
+                try:
+                    cis = _listed(
+                        nv, nv.nvmlGpuInstanceGetComputeInstances, gi, cp, "c_nvmlComputeInstance_t"
+                    )
+                except Exception:
+                    continue
+                for ci in cis:
+                    nv.nvmlComputeInstanceDestroy(ci)
+            nv.nvmlGpuInstanceDestroy(gi)
+
+
+def _create(nv: ModuleType, h: Any, info: Any, start: int, compute: int) -> None:
+    """One GPU instance at `start`, and one compute instance over all of its slices."""
+    struct = getattr(nv, "c_nvmlGpuInstancePlacement_t", None)
+    size = int(info.sliceCount)
+    placement = struct(start, size) if struct is not None else SimpleNamespace(start=start, size=size)
+    gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(h, int(info.id), placement)
+    shared = int(getattr(nv, "NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED", 0))
+    for cp in range(int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 8))):
+        try:
+            ci = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, cp, shared)
+        except Exception:
+            continue
+        if int(ci.sliceCount) == compute:
+            nv.nvmlGpuInstanceCreateComputeInstance(gi, int(ci.id))
+            return
+    raise NvmlUnavailable(f"no compute-instance profile of {compute} slice(s) on GPU instance at {start}")
+
+
+def recut(nv: ModuleType, gpu: GpuInfo, layout: list[str]) -> None:
+    """Cut an idle MIG GPU into `layout` (`profile@start`): destroy its instances and make these.
+    MigBusy when a process runs on one of its instances (nothing is touched then); NvmlUnavailable
+    when NVML refuses (the GPU may be left part-cut: the next try destroys and makes all again)."""
+    from phalanx.core.mig import resolve_geometry
+
+    busy = [d.slice for d in mig_devices(nv, gpu) if d.busy]
+    if busy:
+        raise MigBusy(f"a process runs on {', '.join(busy)}")
+    geo = resolve_geometry(gpu.name.replace(" ", "-"), gpu.memory_mib)
+    if geo is None:
+        raise NvmlUnavailable(f"{gpu.name} has no known MIG geometry")
+    h = nv.nvmlDeviceGetHandleByIndex(gpu.index)
+    profiles = _gi_profiles(nv, h)
+    wanted = []
+    for item in layout:
+        name, _, at = item.partition("@")
+        prof = geo.profiles.get(name)
+        if prof is None or not at.isdigit() or prof.gi_profile_id not in profiles:
+            raise NvmlUnavailable(f"{item!r} is not a MIG instance {gpu.name} offers")
+        wanted.append((profiles[prof.gi_profile_id], int(at), prof.compute))
+    try:
+        _destroy_all(nv, h, profiles)
+        for info, start, compute in wanted:
+            _create(nv, h, info, start, compute)
+    except NvmlUnavailable:
+        raise
+    except Exception as e:  # NVMLError_InUse, _InsufficientResources, ...
+        raise NvmlUnavailable(f"NVML refused the recut of GPU {gpu.index}: {e}") from None

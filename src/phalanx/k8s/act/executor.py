@@ -177,6 +177,10 @@ class Executor:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
+    def retry(self, fn: Callable[[], T]) -> T:
+        """An API call with this executor's retries (for the other writers of a cycle's decisions)."""
+        return self._retry(fn)
+
     def _retry(self, fn: Callable[[], T], conflicts: bool = False) -> T:
         """Call with backoff on 5xx, 429, timeouts and dropped connections (and on 409 if `conflicts`)."""
         delay = self.backoff

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from phalanx.core.decisions import Bind, CycleResult
-from phalanx.core.errors import SpecError
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
 from phalanx.core.snapshot_diff import differences
 from phalanx.k8s import keys
+from phalanx.k8s.act import recuts
 from phalanx.k8s.act.executor import Executor, Outcome, Scene, Streamed
 from phalanx.k8s.act.explain import Explainer
 from phalanx.k8s.act.staging import StageRequests
@@ -88,12 +88,6 @@ class Scheduler:
         executor: Executor | None = None,
         seed: int = 0,
     ) -> None:
-        if any(getattr(a, "name", "") == "repartition" for a in profile.actions):
-            raise SpecError(
-                f"profile {profile.name}: actions: repartition",
-                "MIG repartitions are decided and replayed by the twin only so far: no node agent carries "
-                "them out on Kubernetes yet (phalanx simulate takes this profile)",
-            )
         self.api = api
         self.cfg = cfg
         self.profile = profile
@@ -272,7 +266,7 @@ class Scheduler:
                 self._assume(streamed.wait(), streamed.binds, now)  # what was bound before it failed
                 raise
             result = decision.result
-            if result.binds or result.evictions:
+            if result.binds or result.evictions or result.repartitions:
                 self.carry.applied = True  # the snapshot moved on: the next cycle reads again
             t_decide = time.perf_counter()
             binds = self._act(world, scene, result, out, now, streamed)
@@ -374,6 +368,8 @@ class Scheduler:
         if world.unfinished:
             self.executor.finish(world.unfinished, scene, out)
         out.merge(self.executor.apply(result, scene, streamed))
+        if result.repartitions:  # for the node agents; the GPUs serve nothing till they answer
+            recuts.ask(self.api, self.executor.retry, result.repartitions, now)
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         self._assume(out, binds, now)
         return binds

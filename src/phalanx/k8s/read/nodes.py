@@ -20,6 +20,7 @@ from phalanx.core.mig import resolve_geometry
 from phalanx.core.model import MAX_DEVICES, Gpu, MigInstance, Nic, Node, Taint
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
+from phalanx.spec import mig_layout
 from phalanx.spec.dra import gpu_model
 from phalanx.spec.quantity import cpu_milli, memory_mib, size_bytes, whole_number
 
@@ -87,6 +88,7 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
         datasets = {str(k): size_bytes(v, f"{w}.{k}") for k, v in raw.items()}
     for key, (staged, _) in staging_datasets(notes, where).items():
         datasets.setdefault(key, staged)  # being staged: counts as the part that is there
+    recutting, recut_at = _recuts(name, notes, alloc, gpus, mig)
     topo = _topology(notes, where)
     numa_cpus = tuple(round(c * 1000) for c in topo.numa_cpus) if topo is not None else ()
     if any(c < 0 for c in numa_cpus):
@@ -105,12 +107,55 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
             mig,
             numa_policy=topo.numa_policy if topo is not None else "none",
             numa_cpu_milli=numa_cpus,
+            mig_recutting=recutting,
+            mig_recut_at=recut_at,
         )
     except SpecError as e:
         raise e.located(where) from None
 
 
 Mig = dict[int, tuple[MigInstance, ...]]
+
+
+def _recuts(
+    name: str, notes: dict[str, Any], alloc: dict[str, Any], gpus: list[Gpu], mig: Mig
+) -> tuple[frozenset[int], dict[int, float]]:
+    """The MIG GPUs being cut (`phalanx.spec.mig_layout`; `mig` then holds their new layouts), and
+    when each GPU was last asked to be. A GPU is being cut from the scheduler's request until the
+    node agent answers it and, once cut, until kubelet offers the new instances (the device plugin
+    lists them at its next look): a pod bound before that would be refused by kubelet."""
+    where = f"node {name}: annotation"
+    wants = mig_layout.wants(notes.get(keys.MIG_LAYOUT), f"{where} {keys.MIG_LAYOUT}")
+    if not wants:
+        return frozenset(), {}
+    done = mig_layout.answers(notes.get(keys.MIG_LAYOUT_STATUS), f"{where} {keys.MIG_LAYOUT_STATUS}")
+    mig_gpus = {g.index for g in gpus if g.mig_enabled}
+    actual = dict(mig)
+    recutting: set[int] = set()
+    for g, want in wants.items():
+        if g not in mig_gpus:
+            continue
+        have = [f"{m.profile}@{m.start}" for m in mig.get(g, ())]
+        answer = done.get(g)
+        if answer is not None and answer.answers(want) and answer.state != "applied":
+            continue  # refused or failed: the layout that is there stands
+        if not want.same(have) or not _offered(actual, alloc, want.layout):
+            recutting.add(g)
+            mig[g] = tuple(_slice(s, f"{where} {keys.MIG_LAYOUT}.{g}") for s in want.layout)
+    return frozenset(recutting), {g: w.at for g, w in wants.items()}
+
+
+def _offered(mig: Mig, alloc: dict[str, Any], layout: list[str]) -> bool:
+    """Whether kubelet offers as many of each of the layout's profiles as the node's GPUs have."""
+    have: dict[str, int] = {}
+    for instances in mig.values():
+        for m in instances:
+            have[m.profile] = have.get(m.profile, 0) + 1
+    for profile in {s.partition("@")[0] for s in layout}:
+        offered = str(alloc.get(keys.MIG_PREFIX + profile, "0"))
+        if not offered.isdigit() or int(offered) < have.get(profile, 0):
+            return False
+    return True
 
 
 def _json(text: object, where: str) -> Any:
