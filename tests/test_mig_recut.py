@@ -265,3 +265,42 @@ def test_the_mig_plugin_hands_out_the_chosen_slice_and_lists_a_recut_without_a_r
     ctx.active = False
     threading.Timer(0.1, plugin.stop.set).start()
     assert list(stream) == []
+
+
+def test_kubelets_record_counts_as_use_before_the_pods_annotations_catch_up(nv: Any) -> None:
+    devices = nvml.mig_devices(nv, _info(nv, 0))
+    want = Want(layout=SEVEN, at=10.0)
+    a = recut.answer(want, _info(nv, 0), nv, [], {"w/new": [devices[0].uuid]})
+    assert (a.state, a.reason) == ("refused", "in use by pod(s) w/new")
+    assert _info(nv, 0).mig_instances == ["7g.80gb@0"]
+
+
+def test_the_plugin_corrects_a_pods_slice_to_the_device_kubelet_gave_it() -> None:
+    from phalanx.node.migplugin import Inventory, MigSlot, reconcile
+
+    inv = Inventory([MigSlot(1, f"1g.10gb@{k}", f"MIG-{k}") for k in range(7)])
+    chosen = {"phalanx.io/mig-slice": "1g.10gb@2", "phalanx.io/gpu-devices": "1"}
+    pods = [
+        {
+            "metadata": {"name": "a", "namespace": "w", "annotations": dict(chosen)},
+            "status": {"phase": "Running"},
+        },
+        {"metadata": {"name": "b", "namespace": "w", "annotations": {}}, "status": {"phase": "Running"}},
+        {
+            "metadata": {"name": "c", "namespace": "w", "annotations": dict(chosen)},
+            "status": {"phase": "Failed"},
+        },
+    ]
+    noted: dict[str, dict[str, str]] = {}
+    source = SimpleNamespace(pods=lambda: pods, note=lambda p, n: noted.update({p["metadata"]["name"]: n}))
+    got = {"w/a": ["MIG-6"], "w/b": ["MIG-3"], "w/c": ["MIG-5"]}
+    assert reconcile(source, inv, got) == ["w/a", "w/b"]  # type: ignore[arg-type]
+    assert noted["a"] == {
+        "phalanx.io/gpu-allocated": "MIG-6",
+        "phalanx.io/mig-slice": "1g.10gb@6",
+        "phalanx.io/gpu-devices": "1",
+    }
+    assert noted["b"] == {"phalanx.io/gpu-allocated": "MIG-3"}  # not placed by us: only the device
+    pods[0]["metadata"]["annotations"].update(noted["a"])
+    pods[1]["metadata"]["annotations"].update(noted["b"])
+    assert reconcile(source, inv, got) == []  # agreed: nothing to write

@@ -67,6 +67,12 @@ def discover(
     mig_interval: Annotated[
         float, typer.Option(help="Seconds between looks for MIG repartitions (with --mig-recut).")
     ] = 5.0,
+    pod_resources_socket: Annotated[
+        Path,
+        typer.Option(
+            help="Kubelet's PodResources socket: a MIG device it handed out is in use (--mig-recut)."
+        ),
+    ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
 ) -> None:
     """Publish this node's GPUs, RDMA NICs, PCIe switches, NUMA nodes and NVLink groups."""
     from phalanx.node import agent
@@ -95,6 +101,7 @@ def discover(
             kubelet_config,
             mig_recut,
             mig_interval,
+            pod_resources_socket,
         )
 
 
@@ -141,6 +148,9 @@ def device_plugin(
             "as nvidia.com/mig-<profile>, following recuts (NVIDIA's mixed strategy)."
         ),
     ] = "none",
+    pod_resources_socket: Annotated[
+        Path, typer.Option(help="Kubelet's PodResources socket (with --mig-strategy mixed).")
+    ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
 ) -> None:
     """Serve nvidia.com/gpu (and MIG devices) to kubelet, allocating what Phalanx chose for each pod."""
     from phalanx.node import migplugin, nvml
@@ -162,7 +172,6 @@ def device_plugin(
     signal.signal(signal.SIGTERM, lambda *_: plugin.stop.set())
     if mig_strategy == "mixed":
         read = partial(migplugin.mig_slots, sys_root, nvml_module)
-        threading.Thread(
-            target=migplugin.serve, args=(pods, socket_dir, read, plugin.stop), name="mig", daemon=True
-        ).start()
+        args = (pods, socket_dir, read, plugin.stop, 2.0, pod_resources_socket)
+        threading.Thread(target=migplugin.serve, args=args, name="mig", daemon=True).start()
     plugin.run()

@@ -99,10 +99,18 @@ def publish(client: Client, node_name: str, topo: dict[str, Any], labels: dict[s
     return True
 
 
-def recut_once(client: Client, node_name: str, nvml_module: str) -> bool:
+def recut_once(client: Client, node_name: str, nvml_module: str, pod_resources: Path | None = None) -> bool:
     """Carry out the MIG repartitions asked of this node (`phalanx.node.recut`); True when a GPU's
-    layout changed, so that the topology is published at once."""
-    from phalanx.node import recut
+    layout changed, so that the topology is published at once. Kubelet's PodResources record, where
+    its socket is given, counts as use too (a device just handed out has no process yet)."""
+    from phalanx.node import podresources, recut
+
+    allocated: dict[str, list[str]] = {}
+    if pod_resources is not None:
+        try:
+            allocated = podresources.devices(pod_resources, "")
+        except Exception as e:  # no kubelet socket: the pods' annotations and NVML still say
+            log.warning("node %s: kubelet's PodResources not read (%s)", node_name, e)
 
     try:
         nv = nvml.load(nvml_module)
@@ -110,7 +118,7 @@ def recut_once(client: Client, node_name: str, nvml_module: str) -> bool:
         log.info("node %s: no MIG recuts: %s", node_name, e)
         return False
     try:
-        given = recut.look(client, node_name, nv)
+        given = recut.look(client, node_name, nv, allocated)
     except Exception as e:  # the API is away: ask again at the next look
         log.warning("node %s: MIG recuts not looked at: %s", node_name, e)
         return False
@@ -129,12 +137,13 @@ def run(
     kubelet_config: Path | None = None,
     mig_recut: bool = False,
     mig_interval: float = 5.0,
+    pod_resources: Path | None = None,
 ) -> dict[str, Any]:
     """Publish every `interval` s; with `mig_recut`, look every `mig_interval` s for repartitions
     the scheduler asked of this node, and publish at once after one."""
     next_full = -math.inf
     while True:
-        cut = recut_once(client, node_name, nvml_module) if mig_recut else False
+        cut = recut_once(client, node_name, nvml_module, pod_resources) if mig_recut else False
         if cut or time.monotonic() >= next_full:
             next_full = time.monotonic() + interval
             topo, names = find(sys_root, nvml_module, read_kubelet_config(kubelet_config))

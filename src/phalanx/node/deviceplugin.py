@@ -51,6 +51,9 @@ class PodSource(Protocol):
     def mark(self, pod: dict[str, Any], uuids: list[str]) -> None:
         """Record on the pod that these GPUs were handed out to it."""
 
+    def note(self, pod: dict[str, Any], notes: dict[str, str]) -> None:
+        """Write these annotations on the pod."""
+
 
 def _asked(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
     total = 0
@@ -300,10 +303,14 @@ class ApiPods:
         return [p.to_dict() for p in found]
 
     def mark(self, pod: dict[str, Any], uuids: list[str]) -> None:
+
+        self.note(pod, {GPU_ALLOCATED: ",".join(uuids)})
+
+    def note(self, pod: dict[str, Any], notes: dict[str, str]) -> None:
         from lightkube.resources.core_v1 import Pod
 
         meta = pod["metadata"]
-        patch = {"metadata": {"annotations": {GPU_ALLOCATED: ",".join(uuids)}}}
+        patch = {"metadata": {"annotations": notes}}
         self.client.patch(Pod, meta["name"], patch, namespace=meta.get("namespace"))
 
 

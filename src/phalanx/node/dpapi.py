@@ -87,12 +87,16 @@ SERVICES: dict[str, dict[str, tuple[str, str, bool]]] = {
 }
 
 
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    f = descriptor_pb2.FileDescriptorProto(
-        name="phalanx_deviceplugin_v1beta1.proto", package=PACKAGE, syntax="proto3"
-    )
-    for name, fields in MESSAGES.items():
-        m = f.message_type.add(name=name)
+Fields = dict[str, list[tuple[str, int, str, bool]]]
+Services = dict[str, dict[str, tuple[str, str, bool]]]
+
+
+def _file(
+    name: str, package: str, messages: Fields, services: Services
+) -> descriptor_pb2.FileDescriptorProto:
+    f = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
+    for mname, fields in messages.items():
+        m = f.message_type.add(name=mname)
         for fname, num, typ, repeated in fields:
             fd = m.field.add(name=fname, number=num, label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
             if typ == "map":  # map<string, string>: a nested entry message
@@ -101,30 +105,34 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
                 entry.field.add(name="key", number=1, label=F.LABEL_OPTIONAL, type=F.TYPE_STRING)
                 entry.field.add(name="value", number=2, label=F.LABEL_OPTIONAL, type=F.TYPE_STRING)
                 fd.type = F.TYPE_MESSAGE
-                fd.type_name = f".{PACKAGE}.{name}.{entry.name}"
+                fd.type_name = f".{package}.{mname}.{entry.name}"
             elif typ in _SCALAR:
                 fd.type = _SCALAR[typ]
             else:
                 fd.type = F.TYPE_MESSAGE
-                fd.type_name = f".{PACKAGE}.{typ}"
-    for sname, methods in SERVICES.items():
+                fd.type_name = f".{package}.{typ}"
+    for sname, methods in services.items():
         s = f.service.add(name=sname)
-        for mname, (req, resp, stream) in methods.items():
+        for method, (req, resp, stream) in methods.items():
             s.method.add(
-                name=mname,
-                input_type=f".{PACKAGE}.{req}",
-                output_type=f".{PACKAGE}.{resp}",
+                name=method,
+                input_type=f".{package}.{req}",
+                output_type=f".{package}.{resp}",
                 server_streaming=stream,
             )
     return f
 
 
-_POOL = descriptor_pool.DescriptorPool()
-_POOL.Add(_file())
-M: dict[str, Any] = {
-    name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-    for name in MESSAGES
-}
+def build(name: str, package: str, messages: Fields, services: Services) -> dict[str, Any]:
+    """Message classes for a kubelet gRPC API described as `messages` and `services`."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_file(name, package, messages, services))
+    return {
+        m: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{m}")) for m in messages
+    }
+
+
+M: dict[str, Any] = build("phalanx_deviceplugin_v1beta1.proto", PACKAGE, MESSAGES, SERVICES)
 
 
 def path(service: str, method: str) -> str:

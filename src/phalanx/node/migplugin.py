@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.node import nvml, topology
-from phalanx.node.deviceplugin import Plugin, PodSource
+from phalanx.node import nvml, podresources, topology
+from phalanx.node.deviceplugin import GPU_ALLOCATED, Plugin, PodSource
 
 log = logging.getLogger("phalanx.node")
 MIG_PREFIX = "nvidia.com/mig-"
@@ -89,15 +89,53 @@ class MigPlugin(Plugin):
         return None
 
 
+def reconcile(source: PodSource, inventory: Inventory, got: dict[str, list[str]]) -> list[str]:
+    """Make the pods' annotations say which MIG device kubelet gave each (`got`: its PodResources
+    record, device IDs by `namespace/name`): the device (`phalanx.io/gpu-allocated`) and, for a pod
+    the scheduler placed, the slice and GPU it is on, which the scheduler's accounting reads. Kubelet
+    gives the device the plugin prefers, but the plugin can only guess which pod is being admitted:
+    several pods bound in the same second make that guess wrong, and then this puts it right.
+    Returns the pods corrected."""
+    by_uuid = {s.uuid: s for s in inventory.slots}
+    fixed = []
+    for p in source.pods():
+        meta = p.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        slots = [by_uuid[i] for i in got.get(key, []) if i in by_uuid]
+        if len(slots) != 1:  # a pod asks for one MIG slice
+            continue
+        s = slots[0]
+        notes = meta.get("annotations") or {}
+        want = {GPU_ALLOCATED: s.uuid}
+        if MIG_SLICE in notes:
+            want |= {MIG_SLICE: s.slice, GPU_DEVICES: str(s.gpu)}
+        if all(notes.get(k) == v for k, v in want.items()):
+            continue
+        if MIG_SLICE in notes and notes.get(MIG_SLICE) != s.slice:
+            log.info(
+                "pod %s got %s on GPU %d, not the chosen %s: its annotations follow",
+                key,
+                s.slice,
+                s.gpu,
+                notes[MIG_SLICE],
+            )
+        source.note(p, want)
+        fixed.append(key)
+    return fixed
+
+
 def serve(
     source: PodSource,
     socket_dir: Path,
     read: Any,
     stop: threading.Event,
     interval: float = 2.0,
+    pod_resources: Path = podresources.SOCKET,
 ) -> None:
     """Keep a plugin for every MIG profile the node has had, their devices as `read()` gives them
-    every `interval` seconds, until `stop`."""
+    every `interval` seconds, until `stop`; and the pods' annotations as kubelet allocated them."""
     inventory = Inventory()
     plugins: dict[str, threading.Thread] = {}
     while not stop.is_set():
@@ -105,6 +143,11 @@ def serve(
             inventory.set(read())
         except nvml.NvmlUnavailable as e:
             log.warning("MIG devices not read: %s", e)
+        if plugins:
+            try:
+                reconcile(source, inventory, podresources.devices(pod_resources, MIG_PREFIX))
+            except Exception as e:  # kubelet away, or a pod patch refused: the next look tries again
+                log.warning("MIG allocations not read back: %s", e)
         for profile in sorted({s.profile for s in inventory.slots} - set(plugins)):
             plugin = MigPlugin(
                 [],

@@ -50,14 +50,23 @@ def holders(pods: list[dict[str, Any]], gpu: int, uuids: set[str]) -> list[str]:
     return sorted(out)
 
 
-def answer(want: Want, gpu: nvml.GpuInfo | None, nv: ModuleType, pods: list[dict[str, Any]]) -> Answer:
-    """Cut one GPU as asked, if nothing uses it; what happened."""
+def answer(
+    want: Want,
+    gpu: nvml.GpuInfo | None,
+    nv: ModuleType,
+    pods: list[dict[str, Any]],
+    allocated: dict[str, list[str]] | None = None,
+) -> Answer:
+    """Cut one GPU as asked, if nothing uses it; what happened. `allocated`: kubelet's record of the
+    devices it gave each pod (PodResources), the truth before a pod's annotations catch up."""
     if gpu is None or not gpu.mig:
         return Answer(at=want.at, state="failed", reason="no MIG-enabled GPU of that index on this node")
     if want.same(gpu.mig_instances):
         return Answer(at=want.at, state="applied", reason="the GPU already has this layout")
     devices = nvml.mig_devices(nv, gpu)
-    held = holders(pods, gpu.index, {d.uuid for d in devices})
+    mine = {d.uuid for d in devices}
+    held = holders(pods, gpu.index, mine)
+    held += sorted(pod for pod, ids in (allocated or {}).items() if mine & set(ids) and pod not in held)
     if held:
         return Answer(at=want.at, state="refused", reason=f"in use by pod(s) {', '.join(held)}")
     try:
@@ -69,7 +78,9 @@ def answer(want: Want, gpu: nvml.GpuInfo | None, nv: ModuleType, pods: list[dict
     return Answer(at=want.at, state="applied", reason=f"cut into {', '.join(sorted(want.layout))}")
 
 
-def look(client: Client, node_name: str, nv: ModuleType) -> dict[int, Answer]:
+def look(
+    client: Client, node_name: str, nv: ModuleType, allocated: dict[str, list[str]] | None = None
+) -> dict[int, Answer]:
     """Answer every request on this Node that has no answer yet; the answers given (a change of
     layout among them means the topology is to be published again)."""
     node = client.get(Node, node_name)
@@ -88,7 +99,7 @@ def look(client: Client, node_name: str, nv: ModuleType) -> dict[int, Answer]:
     pods = [p.to_dict() for p in client.list(Pod, namespace="*", fields={"spec.nodeName": node_name})]
     given: dict[int, Answer] = {}
     for g, want in sorted(todo.items()):
-        given[g] = answer(want, gpus.get(g), nv, pods)
+        given[g] = answer(want, gpus.get(g), nv, pods, allocated)
         log.info("node %s GPU %d: recut %s (%s)", node_name, g, given[g].state, given[g].reason)
     status = {**done, **given}
     client.patch(Node, node_name, {"metadata": {"annotations": {mig_layout.STATUS: mig_layout.dump(status)}}})
