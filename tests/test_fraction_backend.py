@@ -193,3 +193,30 @@ def test_override_values():
 
 def test_default_profiles_say_nothing_of_backends():
     assert all(load_profile(n).fraction_backend.is_default for n in ("phalanx", "fgd", "k8s-default"))
+
+
+def test_the_twin_replays_the_backend_it_chose():
+    """A replay through the simulator: fractions go to MIG instances first, then MPS shares; the
+    decision log says which, and each MIG-served fraction holds its instance until it ends."""
+    import io
+    import json
+
+    from phalanx.sim.jobs import JobSpec
+    from phalanx.sim.replay import replay
+
+    jobs = [JobSpec(f"j{k}", submit=float(k), duration=600.0, gpus=1, gpu_milli=500) for k in range(4)]
+    jobs.append(JobSpec("late", submit=2000.0, duration=60.0, gpus=1, gpu_milli=500))
+    log = io.StringIO()
+    result = replay(cluster(mig_gpus=1, share_gpus=1), jobs, policy(MIG_FIRST), log=log, check=True)
+    binds = [json.loads(x) for x in log.getvalue().splitlines() if '"bind"' in x]
+    by_job = {b["workload"]: (b.get("backend"), (b.get("mig") or {}).get("profile", "")) for b in binds}
+    assert by_job == {
+        "j0": ("mig", "4g.40gb"),
+        "j1": ("mps", ""),
+        "j2": ("mps", ""),
+        "j3": ("mig", "4g.40gb"),  # the instance j0 held, free again when it ended
+        "late": ("mig", "4g.40gb"),
+    }
+    assert all(r.end is not None for r in result.jobs)
+    j3 = next(r for r in result.jobs if r.spec.name == "j3")
+    assert j3.start is not None and j3.start >= 600.0  # waited for j0's instance, not a third share
