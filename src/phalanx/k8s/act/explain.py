@@ -235,6 +235,9 @@ class Explainer:
                 if obj is not None and (bound is None or b.task in bound):
                     said = f"Bound to {b.node}{gpus}{served_by(b)}"
                     self._event(b.task, obj, "Scheduled", said, False, budget)
+                elif obj is not None and b.backend:  # a share waits for its GPU's reservation first
+                    said = f"Assigned to {b.node}{gpus}{served_by(b)}; bound once that GPU is reserved"
+                    self._event(b.task, obj, "GPUBackendChosen", said, False, budget)
             for ev in result.evictions:
                 obj = pod_objects.get(ev.task)
                 if obj is not None:
