@@ -249,3 +249,50 @@ def test_webhook_certificate_is_shared_renewed_and_reloaded(kube: Kube) -> None:
         hook.server.server_close()
     finally:
         api.close()
+
+
+def test_a_share_served_by_mps_gets_the_mps_clients_env(kube: Kube, webhook: Webhook, tmp_path: Path) -> None:
+    """A profile that serves fractions by MPS before time-slice: the MPS share's ConfigMap carries
+    CUDA_MPS_* for the reserved GPU, the webhook mounted the pipe directory, the pod and its Scheduled
+    Event say the backend; a pod that asks time-slice itself goes to another GPU (never mixed)."""
+    nvml = _nvml(tmp_path)
+    prof = tmp_path / "mps.yaml"
+    prof.write_text(
+        "name: mps-first\nactions: [{name: allocate}]\nscorers: [{name: binpack}]\n"
+        "fraction_backend: {order: [mps, time-slice]}\n"
+    )
+    kube.api.create("nodes", node("n0", gpus=2))
+    with running(kube, profile=str(prof), gpu_shares="reservation"):
+        m = kube.create(pod("m1", annotations={"gpu-fraction": "0.5", keys.GPU_BACKEND: "mps"}))
+        assert {"name": "phalanx-mps-pipe", "mountPath": "/run/nvidia/mps"} in m["spec"]["containers"][0][
+            "volumeMounts"
+        ]
+        kube.create(pod("t1", annotations={"gpu-fraction": "0.25", keys.GPU_BACKEND: "time-slice"}))
+        wait_for("two reservation pods", lambda: len(_reservations(kube)) == 2, timeout=30)
+        _serve_reservations(kube, nvml)
+        wait_for("both bound", lambda: kube.node_of("m1") == "n0" and kube.node_of("t1") == "n0", timeout=40)
+        pods = kube.pods()
+        notes = {n: pods[n]["metadata"]["annotations"] for n in ("m1", "t1")}
+        assert notes["m1"][keys.GPU_BACKEND_CHOSEN] == "mps"
+        assert notes["t1"][keys.GPU_BACKEND_CHOSEN] == "time-slice"
+        assert notes["m1"][keys.GPU_DEVICES] != notes["t1"][keys.GPU_DEVICES]
+        cm = kube.get(CONFIG_MAPS, notes["m1"][keys.GPU_CONFIGMAP], "default")
+        assert cm is not None
+        assert {k: v for k, v in cm["data"].items() if k.startswith("CUDA_MPS")} == {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID}=40779M",  # half of the node's 81559 MiB
+            "CUDA_MPS_PIPE_DIRECTORY": "/run/nvidia/mps",
+        }
+        ts = kube.get(CONFIG_MAPS, notes["t1"][keys.GPU_CONFIGMAP], "default")
+        assert ts is not None and not any(k.startswith("CUDA_MPS") for k in ts["data"])
+        # decided while its GPU was not reserved yet: said then (bound in a later cycle)
+        wait_for(
+            "the Event that says the backend",
+            lambda: any(
+                r == "GPUBackendChosen" and "GPU share served by mps" in msg for r, msg in kube.events("m1")
+            ),
+            timeout=20,
+        )
+        for n in ("m1", "t1"):
+            kube.force_delete_pod(n)
+        wait_for("the reservation pods removed", lambda: not _reservations(kube), timeout=30)

@@ -17,6 +17,8 @@ from phalanx.cli.errors import user_errors
 from phalanx.cli.serving import serving_tls
 from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
+from phalanx.core.model import MIG_BACKEND
+from phalanx.core.profile import Profile
 from phalanx.k8s.act.shares import parse_reservation_extras
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
@@ -60,6 +62,7 @@ def scheduler(
     reservation_pod: opt.ReservationPod = None,
     kueue: opt.Kueue = "auto",
     share_limit_env: opt.ShareLimitEnv = False,
+    mps_pipe_directory: opt.MpsPipeDirectory = AdapterConfig.mps_pipe_directory,
     insecure_metrics: opt.InsecureMetrics = False,
     tls_cert_file: opt.TlsCertFile = None,
     tls_private_key_file: opt.TlsPrivateKeyFile = None,
@@ -99,10 +102,12 @@ def scheduler(
             reservation_image=reservation_image,
             reservation_extras=extras,
             share_limit_env=share_limit_env,
+            mps_pipe_directory=mps_pipe_directory,
             kueue=kueue,
             shard=mine,
         )
         prof = load_profile(profile)
+        _check_backends(prof, gpu_shares, mps_pipe_directory)
         api = _connect(kubeconfig, in_cluster)
     if shadow:
         from dataclasses import replace
@@ -147,6 +152,19 @@ def _check_scheduler_options(
     _check_kueue(kueue)
     if gpu_shares not in ("off", "reservation"):
         raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
+
+
+def _check_backends(prof: Profile, gpu_shares: str, mps_pipe_directory: str) -> None:
+    """A fraction served by a MIG instance needs a reservation of that instance, which the share
+    mechanism does not make yet: refuse the policy at start rather than leave such pods waiting."""
+    if not mps_pipe_directory.startswith("/"):
+        raise SpecError("--mps-pipe-directory", f"must be an absolute path, got {mps_pipe_directory!r}")
+    if gpu_shares == "reservation" and MIG_BACKEND in prof.fraction_backend.order:
+        raise SpecError(
+            f"profile {prof.name}: fraction_backend.order",
+            "mig serves fractions in the simulator only: with --gpu-shares reservation no MIG instance "
+            "is reserved for a share yet (list mps and time-slice)",
+        )
 
 
 def _check_tls_options(tls_files: tuple[Path | None, Path | None], insecure_metrics: bool) -> None:

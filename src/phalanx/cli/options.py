@@ -170,6 +170,13 @@ ShareLimitEnv = Annotated[
         help="Also give shares HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT.",
     ),
 ]
+MpsPipeDirectory = Annotated[
+    str,
+    typer.Option(
+        help="The nodes' MPS pipe directory (the MPS control daemon's CUDA_MPS_PIPE_DIRECTORY), given "
+        "to MPS shares and mounted into them by the webhook.",
+    ),
+]
 InsecureMetrics = Annotated[
     bool,
     typer.Option(

@@ -43,6 +43,15 @@ def webhook(
     dataset_mount: Annotated[
         str, typer.Option(help="Where a pod sees its dataset: <this>/<dataset name>.")
     ] = AdapterConfig.dataset_mount,
+    mps_pipe_directory: opt.MpsPipeDirectory = AdapterConfig.mps_pipe_directory,
+    mps_shares: Annotated[
+        bool,
+        typer.Option(
+            "--mps-shares",
+            help="The scheduler's profile may serve any share by MPS: mount the MPS pipe directory "
+            "into every share container (without it, only into pods that ask phalanx.io/gpu-backend: mps).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the admission webhook: GPU shares, and dataset mounts (Helm chart: webhook.enabled)."""
     from phalanx.k8s.admission.webhook import CertSource, Webhook
@@ -56,11 +65,20 @@ def webhook(
             raise SpecError("--check-seconds", f"must be > 0, got {check_seconds}")
         api = _connect(kubeconfig, in_cluster)
         source = CertSource(api, namespace, service, cert_dir, tuple(san or ()))
-        for flag, value in (("--dataset-root", dataset_root), ("--dataset-mount", dataset_mount)):
+        flags = (
+            ("--dataset-root", dataset_root),
+            ("--dataset-mount", dataset_mount),
+            ("--mps-pipe-directory", mps_pipe_directory),
+        )
+        for flag, value in flags:
             if not value.startswith("/"):
                 raise SpecError(flag, f"must be an absolute path, got {value!r}")
         cfg = AdapterConfig(
-            scheduler_name=scheduler_name, dataset_root=dataset_root, dataset_mount=dataset_mount
+            scheduler_name=scheduler_name,
+            dataset_root=dataset_root,
+            dataset_mount=dataset_mount,
+            mps_pipe_directory=mps_pipe_directory,
+            mps_shares=mps_shares,
         )
         hook = Webhook(source, cfg, port=port)
     stop = threading.Event()

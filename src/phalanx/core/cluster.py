@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from phalanx.core.mig import GEOMETRIES, MigGeometry, resolve_geometry
-from phalanx.core.model import MILLI, NUMA_POLICIES, Node
+from phalanx.core.model import MILLI, MPS_BACKEND, NUMA_POLICIES, Node
 
 KIND_ABSENT = 0
 KIND_SHARED = 1
@@ -48,6 +48,9 @@ class DeviceAssignment:
     mig_mask: int = 0
     nics: tuple[int, ...] = ()
     whole: bool = False
+    # what serves a share: "mps" or "time-slice" (a MIG-served fraction: "mig", with `mig` set);
+    # "" for a share no backend policy chose (a time-slice share, as always)
+    backend: str = ""
     numa: int = -1  # the NUMA node its exclusive CPUs are charged to (core.numa); -1: the shared pool
 
 
@@ -87,6 +90,10 @@ class ClusterState:
         self.mig_geo = np.full((n, g), -1, dtype=np.int16)
         self.mig_used = np.zeros((n, g), dtype=np.int64)
         self.mig_compute = np.zeros((n, g), dtype=np.int64)
+        # MPS shares per GPU: a GPU that serves MPS clients serves no time-slice share, and back
+        # (its MPS server runs it in exclusive-process mode); `mps_shares` is their total
+        self.gpu_mps = np.zeros((n, g), dtype=np.int64)
+        self.mps_shares = 0
         # static MIG layouts: allowed (profile, start) pairs per GPU position, else dynamic
         self.mig_static: dict[tuple[int, int], frozenset[tuple[str, int]]] = {}
 
@@ -237,6 +244,9 @@ class ClusterState:
             for j, gmem in zip(a.gpus, a.gpu_memory_mib, strict=True):
                 self.gpu_milli_free[i, j] -= a.milli
                 self.gpu_mem_free[i, j] -= gmem
+            if a.backend == MPS_BACKEND:
+                self.gpu_mps[i, list(a.gpus)] += 1
+                self.mps_shares += len(a.gpus)
         for j in a.nics:
             self.nic_free[i, j] = False
         self._refresh(i)
@@ -255,6 +265,9 @@ class ClusterState:
             for j, gmem in zip(a.gpus, a.gpu_memory_mib, strict=True):
                 self.gpu_milli_free[i, j] += a.milli
                 self.gpu_mem_free[i, j] += gmem
+            if a.backend == MPS_BACKEND:
+                self.gpu_mps[i, list(a.gpus)] -= 1
+                self.mps_shares -= len(a.gpus)
         for j in a.nics:
             self.nic_free[i, j] = True
         self._refresh(i)
@@ -307,4 +320,5 @@ class ClusterState:
         assert (self.gpu_milli_free <= MILLI).all(), "GPU milli above total"
         assert (self.mig_compute <= 7).all(), "MIG compute over capacity"
         assert (self.mig_used < 256).all(), "MIG slots out of range"
+        assert (self.gpu_mps >= 0).all() and self.mps_shares == int(self.gpu_mps.sum()), "MPS count"
         assert self.whole_free_sum == int(self.gpu_whole_free.sum()), "whole-GPU total out of step"

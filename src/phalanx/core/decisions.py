@@ -26,6 +26,9 @@ class Bind:
     mig: MigSlice | None = None
     nics: tuple[int, ...] = ()
     claims: tuple[ClaimAllocation, ...] = ()  # DRA claims allocated with it
+    # what serves a fractional GPU request: "mig" (then `mig` is the instance), "mps" or
+    # "time-slice"; "" when no backend policy chose (a time-slice share, as always)
+    backend: str = ""
 
     def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -40,6 +43,8 @@ class Bind:
             d["gpu_memory_mib"] = self.gpu_memory_mib
         if self.mig is not None:
             d["mig"] = {"profile": self.mig.profile, "start": self.mig.start}
+        if self.backend:
+            d["backend"] = self.backend
         if self.nics:
             d["nics"] = list(self.nics)
         if self.claims:

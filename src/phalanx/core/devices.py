@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from phalanx.core import numa
+from phalanx.core.backends import serves
 from phalanx.core.cluster import (
     GEOMETRY_LIST,
     KIND_MIG,
@@ -22,7 +23,7 @@ from phalanx.core.cluster import (
     MigSlice,
 )
 from phalanx.core.mig import MigProfile
-from phalanx.core.model import MILLI, GpuKind, GpuRequest, TaskRequest
+from phalanx.core.model import MIG_BACKEND, MILLI, MPS_BACKEND, GpuKind, GpuRequest, TaskRequest
 
 
 def fraction_memory(milli: int, mem_cap: IntArray | int) -> IntArray | int:
@@ -69,18 +70,55 @@ def gpu_usable(c: ClusterState, rows: IntArray, req: TaskRequest) -> BoolArray:
             & (c.gpu_milli_free[rows] >= g.milli)
             & (c.gpu_mem_free[rows] >= need_mem)
         )
-        return np.asarray(out, dtype=np.bool_)
+        return _by_backend(c, rows, g, ok, out)
     if g.kind is GpuKind.MEMORY:
         need_milli = memory_milli(g.memory_mib, c.gpu_mem_cap[rows])
         out = ok & (kind == KIND_SHARED) & (c.gpu_mem_free[rows] >= g.memory_mib)
         out &= c.gpu_milli_free[rows] >= need_milli
-        return np.asarray(out, dtype=np.bool_)
+        return _by_backend(c, rows, g, ok, out)
     if g.kind is GpuKind.MIG:
         out = np.asarray(ok & (kind == KIND_MIG), dtype=np.bool_)
         for r, j in zip(*np.nonzero(out), strict=True):
             out[r, j] = bool(mig_starts(c, int(rows[r]), int(j), g.mig_profile))
         return out
     return np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
+
+
+def share_mode_ok(c: ClusterState, rows: IntArray, backend: str) -> BoolArray:
+    """Per-GPU: may a share of this backend go there? A GPU serves MPS clients or time-slice
+    shares, never both (an MPS server holds its GPU in exclusive-process mode)."""
+    mps = c.gpu_mps[rows]
+    if backend == MPS_BACKEND:
+        untouched = (c.gpu_milli_free[rows] == MILLI) & (c.gpu_mem_free[rows] == c.gpu_mem_cap[rows])
+        return np.asarray((mps > 0) | untouched, dtype=np.bool_)
+    return np.asarray(mps == 0, dtype=np.bool_)
+
+
+def _by_backend(c: ClusterState, rows: IntArray, g: GpuRequest, ok: BoolArray, share: BoolArray) -> BoolArray:
+    """Share-usable GPUs narrowed to the request's backends, plus MIG GPUs with an instance that
+    serves it when MIG may (`core.backends`)."""
+    if not g.backends:
+        return np.asarray(share & (c.gpu_mps[rows] == 0) if c.mps_shares else share, dtype=np.bool_)
+    mode = np.zeros(share.shape, dtype=np.bool_)
+    for b in g.backends:
+        if b != MIG_BACKEND:
+            mode |= share_mode_ok(c, rows, b)
+    out = share & mode
+    if MIG_BACKEND in g.backends and g.devices == 1:
+        mig = ok & (c.gpu_kind[rows] == KIND_MIG)
+        for r, j in zip(*np.nonzero(mig), strict=True):
+            out[r, j] = bool(mig_fraction_profiles(c, int(rows[r]), int(j), g))
+    return np.asarray(out, dtype=np.bool_)
+
+
+def mig_fraction_profiles(c: ClusterState, i: int, j: int, g: GpuRequest) -> list[str]:
+    """Profiles of MIG GPU (i, j) that serve fractional ask `g` and have a free start, smallest first."""
+    geo_id = int(c.mig_geo[i, j])
+    if geo_id < 0:
+        return []
+    geo = GEOMETRY_LIST[geo_id]
+    fit = [p for p in geo.profiles.values() if serves(p, geo, g) and mig_starts(c, i, j, p.name)]
+    return [p.name for p in sorted(fit, key=lambda p: (p.memory_mib, p.compute, p.name))]
 
 
 def mig_profile_of(c: ClusterState, i: int, j: int, name: str) -> MigProfile | None:
@@ -188,8 +226,15 @@ def choose_best_fit(c: ClusterState, i: int, usable: BoolArray, d: int, by_memor
 
 
 def charge(c: ClusterState, i: int, gpus: Sequence[int], g: GpuRequest) -> DeviceAssignment:
-    """The assignment for chosen GPU positions: milli and memory per device."""
+    """The assignment for chosen GPU positions: milli and memory per device (and the share's
+    backend, when the request names one)."""
     gl = tuple(gpus)
+    if len(g.backends) == 1 and g.backends[0] != MIG_BACKEND:
+        return replace(_charge(c, i, gl, g), backend=g.backends[0])
+    return _charge(c, i, gl, g)
+
+
+def _charge(c: ClusterState, i: int, gl: tuple[int, ...], g: GpuRequest) -> DeviceAssignment:
     if g.kind is GpuKind.WHOLE:
         return DeviceAssignment(
             gpus=gl, milli=MILLI, gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) for j in gl), whole=True
@@ -283,6 +328,12 @@ def _assignment(
             return None
         gpus = list(mig.gpus)
         base = mig
+    elif gpu_choice is None and (len(g.backends) > 1 or MIG_BACKEND in g.backends):
+        chosen = _by_order(c, i, usable, g)
+        if chosen is None:
+            return None
+        gpus = list(chosen.gpus)
+        base = chosen
     else:
         if gpu_choice is not None:
             gpus = list(gpu_choice)
@@ -308,4 +359,36 @@ def _assignment(
         mig_mask=base.mig_mask,
         nics=nics,
         whole=base.whole,
+        backend=base.backend,
     )
+
+
+def _by_order(c: ClusterState, i: int, usable: BoolArray, g: GpuRequest) -> DeviceAssignment | None:
+    """A fractional ask with several backends, on one node: the first backend, in its order, that
+    fits here (the session tries them cluster-wide in that order; this serves a caller that did not)."""
+    for b in g.backends:
+        if b == MIG_BACKEND:
+            on_mig = usable & (c.gpu_kind[i] == KIND_MIG)
+            names = sorted(
+                {n for j in np.nonzero(on_mig)[0] for n in mig_fraction_profiles(c, i, int(j), g)},
+                key=lambda n: _size(c, i, on_mig, n),
+            )
+            for name in names:
+                mig = choose_mig(c, i, on_mig, name)
+                if mig is not None:
+                    return replace(mig, backend=MIG_BACKEND)
+            continue
+        one = replace(g, backends=(b,))
+        here = usable & (c.gpu_kind[i] == KIND_SHARED) & share_mode_ok(c, np.array([i]), b)[0]
+        gpus = choose_best_fit(c, i, here, g.devices, by_memory=g.kind is GpuKind.MEMORY)
+        if len(gpus) == g.devices:
+            return charge(c, i, gpus, one)
+    return None
+
+
+def _size(c: ClusterState, i: int, on_mig: BoolArray, name: str) -> tuple[int, int, str]:
+    for j in np.nonzero(on_mig)[0]:
+        p = mig_profile_of(c, i, int(j), name)
+        if p is not None:
+            return (p.memory_mib, p.compute, name)
+    return (0, 0, name)

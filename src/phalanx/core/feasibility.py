@@ -12,7 +12,7 @@ from phalanx.core import drafit, numa
 from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, ClusterState, IntArray
 from phalanx.core.decisions import Reason
 from phalanx.core.devices import gpu_usable, model_ok
-from phalanx.core.model import GpuKind, TaskRequest
+from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, TaskRequest
 from phalanx.core.snapshot import Snapshot
 
 GPU_MEMORY_UNKNOWN = "GPU memory unknown (the node reports no memory for its GPUs)"
@@ -88,6 +88,9 @@ def _prefilter(s: Snapshot, req: TaskRequest, rows: Rows = ALL) -> BoolArray:
         m &= ~s.dra_gpu_nodes[rows]
     if g.kind is GpuKind.WHOLE:
         m &= c.gpu_whole_free[rows] >= g.devices
+    elif on_mig(g):  # a share, or a MIG instance that serves the fraction
+        share = c.gpu_free_total[rows] >= g.milli if g.kind is GpuKind.FRACTION else c.shared_count[rows] >= 1
+        m &= share | (c.gpu_kind[rows] == KIND_MIG).any(axis=1)
     elif g.kind is GpuKind.FRACTION:
         m &= c.gpu_free_total[rows] >= g.milli * g.devices
     elif g.kind is GpuKind.MEMORY:
@@ -97,6 +100,11 @@ def _prefilter(s: Snapshot, req: TaskRequest, rows: Rows = ALL) -> BoolArray:
     if req.rdma_nics:
         m &= c.nic_free[rows].sum(axis=1) >= req.rdma_nics
     return m
+
+
+def on_mig(g: GpuRequest) -> bool:
+    """A fractional ask that a MIG instance may serve (`core.backends`)."""
+    return MIG_BACKEND in g.backends and g.kind in (GpuKind.FRACTION, GpuKind.MEMORY)
 
 
 def _node_models_ok(c: ClusterState, models: frozenset[str], rows: Rows = ALL) -> BoolArray:
@@ -146,7 +154,11 @@ def find_candidates(
         m &= restrict[sel]
     c = s.cluster
     g = req.gpu
-    fast = c.homogeneous and (g.kind is GpuKind.WHOLE or (g.kind is GpuKind.FRACTION and g.devices == 1))
+    # aggregates decide alone unless a share's backend narrows its GPUs (MPS and time-slice apart)
+    fast = c.homogeneous and (
+        g.kind is GpuKind.WHOLE
+        or (g.kind is GpuKind.FRACTION and g.devices == 1 and not g.backends and not c.mps_shares)
+    )
     if fast:
         if g.kind is GpuKind.FRACTION:
             m &= c.gpu_frac_max[sel] >= g.milli
@@ -234,7 +246,11 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
         if req.gpu_models:
             has_model = model_ok(c, all_rows, req.gpu_models).any(axis=1)
             step(has_model, "gpumodel", f"GPU model not in {'|'.join(sorted(req.gpu_models))}")
-        if g.kind is GpuKind.MIG:
+        if on_mig(g):
+            step(c.gpu_count > 0, "gpu", "no GPUs on the node")
+            ok = gpu_usable(c, all_rows, req).any(axis=1)
+            step(ok, "gpu", f"no free GPU share or MIG instance for {g.describe()} ({', '.join(g.backends)})")
+        elif g.kind is GpuKind.MIG:
             has_mig = (c.gpu_kind == KIND_MIG).any(axis=1)
             step(has_mig, "gpu", "no MIG-enabled GPU")
             step(gpu_usable(c, all_rows, req).any(axis=1), "gpu", f"no free MIG slot for {g.mig_profile}")
@@ -289,6 +305,10 @@ def node_capacity(s: Snapshot, req: TaskRequest) -> IntArray:
     g = req.gpu
     if g.kind is GpuKind.WHOLE:
         cap = np.minimum(cap, c.gpu_whole_free // g.devices)
+    elif on_mig(g):  # shares plus MIG instances (at most 7 a GPU)
+        share = c.gpu_milli_free // g.milli if g.kind is GpuKind.FRACTION else c.gpu_mem_free // g.memory_mib
+        mig = ((c.gpu_kind == KIND_MIG) & (c.mig_compute < 7)) * 7
+        cap = np.minimum(cap, (share + mig).sum(axis=1))
     elif g.kind is GpuKind.FRACTION:
         cap = np.minimum(cap, (c.gpu_milli_free // g.milli).sum(axis=1) // g.devices)
     elif g.kind is GpuKind.MEMORY:

@@ -18,6 +18,13 @@ from phalanx.core.mig import GEOMETRIES, TOTAL_COMPUTE, TOTAL_SLOTS, resolve_geo
 
 MILLI = 1000
 
+# What may serve a fractional GPU request (`gpu-fraction`, `gpu-memory`): a free MIG instance
+# (isolation), an MPS share of a whole GPU, or a time-slice share (`phalanx.core.backends`)
+MIG_BACKEND = "mig"
+MPS_BACKEND = "mps"
+TIME_SLICE_BACKEND = "time-slice"
+GPU_BACKENDS = (MIG_BACKEND, MPS_BACKEND, TIME_SLICE_BACKEND)
+
 
 @dataclass(frozen=True, slots=True)
 class MigInstance:
@@ -185,6 +192,10 @@ class GpuRequest:
     - MEMORY: `devices` distinct GPUs, each giving `memory_mib` of memory and the matching
       share of compute (KAI `gpu-memory`).
     - MIG: one instance of `mig_profile`.
+
+    `backends` (FRACTION and MEMORY only): what may serve it, in order of preference; empty is
+    today's time-slice share. A pod's override names one; the profile's policy fills the rest
+    (`phalanx.core.backends`).
     """
 
     kind: GpuKind = GpuKind.NONE
@@ -192,6 +203,7 @@ class GpuRequest:
     milli: int = 0
     memory_mib: int = 0
     mig_profile: str = ""
+    backends: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         k = self.kind
@@ -213,6 +225,18 @@ class GpuRequest:
             )
         if k is GpuKind.MEMORY and self.memory_mib <= 0:
             raise SpecError("gpu.memory_mib", f"GPU memory request must be > 0 MiB, got {self.memory_mib}")
+        if self.backends:
+            if k not in (GpuKind.FRACTION, GpuKind.MEMORY):
+                raise SpecError("gpu.backends", "only a GPU fraction or a GPU memory request has a backend")
+            bad = [b for b in self.backends if b not in GPU_BACKENDS]
+            if bad or len(set(self.backends)) != len(self.backends):
+                raise SpecError(
+                    "gpu.backends",
+                    f"backends must be distinct, of {', '.join(GPU_BACKENDS)}; "
+                    f"got {', '.join(self.backends)}",
+                )
+            if self.backends == (MIG_BACKEND,) and self.devices != 1:
+                raise SpecError("gpu.backends", f"a MIG instance is one device; this asks {self.devices}")
         if k is GpuKind.MIG:
             if not self.mig_profile:
                 raise SpecError("gpu.mig_profile", "MIG request needs a profile name such as 1g.10gb")

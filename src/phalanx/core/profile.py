@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from phalanx.core.backends import DEFAULT, FractionBackend
 from phalanx.core.extension import (
     Action,
     AdmissionCheck,
@@ -41,3 +42,5 @@ class Profile:
     # what a preempted workload loses, for drivers that model it (the replay): work since its last
     # checkpoint (realistic), or nothing (the free preemption of papers' simulators)
     preemption_cost: PreemptionCost = "checkpoint"
+    # which backend serves a fractional GPU request (`core.backends`); the default: time-slice shares
+    fraction_backend: FractionBackend = DEFAULT

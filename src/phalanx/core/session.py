@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from phalanx.core import drafit, numa
+from phalanx.core import backends, drafit, numa
 from phalanx.core.classes import PlacementClass, PlacementClasses
 from phalanx.core.cluster import BoolArray, IntArray
 from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason, Repartition
@@ -21,7 +21,7 @@ from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.feasibility import explain, find_candidates, node_capacity
-from phalanx.core.model import GpuKind, GpuRequest, Task, TaskRequest
+from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
@@ -75,6 +75,9 @@ class Session:
         self.memo: dict[object, object] = {}
         self._classes: PlacementClasses | None = None
         self._order_memo: tuple[str, dict[str, tuple[object, ...]]] | None = None
+        # per request object (kept with it, so a reused id never hits): `effective`, `variants`
+        self._effective: dict[int, tuple[TaskRequest, TaskRequest]] = {}
+        self._variants: dict[int, tuple[TaskRequest, list[tuple[str, TaskRequest]]]] = {}
 
     # ----------------------------------------------------------------- ordering
     def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
@@ -222,14 +225,47 @@ class Session:
 
     # ----------------------------------------------------------------- placement
     def effective(self, request: TaskRequest) -> TaskRequest:
-        """The request as this profile accounts it: without GPU sharing, shares become whole GPUs."""
+        """The request as this profile accounts it: without GPU sharing, shares become whole GPUs;
+        a share carries the backends that may serve it (`core.backends`)."""
         g = request.gpu
-        if self.profile.gpu_sharing or g.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
+        if g.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
             return request
-        return replace(request, gpu=GpuRequest.whole(g.devices))
+        if not self.profile.gpu_sharing:
+            return replace(request, gpu=GpuRequest.whole(g.devices))
+        policy = self.profile.fraction_backend
+        if policy.is_default or g.backends:
+            return request
+        hit = self._effective.get(id(request))
+        if hit is not None and hit[0] is request:
+            return hit[1]
+        out = replace(request, gpu=replace(g, backends=backends.resolve(policy, g)))
+        self._effective[id(request)] = (request, out)
+        return out
 
-    def candidates(self, task: Task, restrict: BoolArray | None = None) -> PlacementContext:
-        req = self.effective(task.request)
+    def variants(self, req: TaskRequest) -> list[tuple[str, TaskRequest]]:
+        """An effective request as the backends that may serve it, in order, one request each: a
+        MIG instance as one request per profile that serves it (smallest first), a share as a
+        share of that backend alone. A request without backends is itself ("")."""
+        g = req.gpu
+        if not g.backends:
+            return [("", req)]
+        hit = self._variants.get(id(req))
+        if hit is not None and hit[0] is req:
+            return hit[1]
+        out: list[tuple[str, TaskRequest]] = []
+        for b in g.backends:
+            if b == MIG_BACKEND:
+                profiles = backends.mig_profiles(self.snapshot.cluster, g)
+                out += [(b, replace(req, gpu=GpuRequest.mig(p))) for p in profiles]
+            else:
+                out.append((b, replace(req, gpu=replace(g, backends=(b,)))))
+        self._variants[id(req)] = (req, out)
+        return out
+
+    def candidates(
+        self, task: Task, restrict: BoolArray | None = None, req: TaskRequest | None = None
+    ) -> PlacementContext:
+        req = req or self.effective(task.request)
         if restrict is not None and not req.claims:  # check the domain's nodes only: the same verdicts
             cand = find_candidates(self.snapshot, req, within=np.nonzero(restrict)[0])
         else:
@@ -269,19 +305,35 @@ class Session:
     def place(self, task: Task, stmt: Statement, restrict: BoolArray | None = None) -> Allocation | None:
         """Choose a node and devices for one task and apply it through `stmt`.
 
+        A fractional ask with several backends is served by the first, in order, that can
+        place it (`variants`).
+        """
+        req = self.effective(task.request)
+        if not req.gpu.backends:
+            return self._place(task, req, stmt, restrict, "")
+        for backend, one in self.variants(req):
+            alloc = self._place(task, one, stmt, restrict, backend)
+            if alloc is not None:
+                return alloc
+        return None
+
+    def _place(
+        self, task: Task, req: TaskRequest, stmt: Statement, restrict: BoolArray | None, backend: str
+    ) -> Allocation | None:
+        """`place` for one effective request, its devices said to be served by `backend`.
+
         Tasks of one class (`phalanx.core.classes`) share their feasibility and scoring pass;
         the others, and any the class cannot decide, take the full pass below.
         """
         if restrict is None:
             if self._classes is None:
                 self._classes = PlacementClasses(self)
-            req = self.effective(task.request)
             cls = self._classes.lookup(task, req)
             if cls is not None:
-                placed = self._place_class(cls, task, req, stmt)
+                placed = self._place_class(cls, task, req, stmt, backend)
                 if placed is not False:
                     return placed
-        ctx = self.candidates(task, restrict)
+        ctx = self.candidates(task, restrict, req)
         n = len(ctx.candidates)
         if n == 0:
             return None
@@ -309,6 +361,8 @@ class Session:
             if devices is None:
                 alive[k] = False
                 continue
+            if backend and devices.backend != backend:
+                devices = replace(devices, backend=backend)
             alloc = Allocation(
                 task, i, devices, ctx.request.cpu_milli, ctx.request.memory_mib, self.clock, claims
             )
@@ -317,7 +371,7 @@ class Session:
         return None
 
     def _place_class(
-        self, cls: PlacementClass, task: Task, req: TaskRequest, stmt: Statement
+        self, cls: PlacementClass, task: Task, req: TaskRequest, stmt: Statement, backend: str
     ) -> Allocation | Literal[False] | None:
         """`place` for a task of class `cls`; False when the full pass must decide (a best score of -inf)."""
         classes = self._classes
@@ -338,6 +392,8 @@ class Session:
             if devices is None:
                 skip.add(i)
                 continue
+            if backend and devices.backend != backend:
+                devices = replace(devices, backend=backend)
             alloc = Allocation(task, i, devices, req.cpu_milli, req.memory_mib, self.clock, ())
             stmt.allocate(alloc)
             return alloc

@@ -709,13 +709,16 @@ class Snapshot:
                 mig_compute=prof.compute,
                 mig_mask=prof.slot_mask(b.mig.start),
                 nics=nics,
+                backend=b.backend,
             )
         whole = b.gpu_milli >= 1000
         if whole:
             mems = tuple(int(self.cluster.gpu_mem_cap[i, j]) for j in gpus)
         else:
             mems = (b.gpu_memory_mib,) * len(gpus)
-        return DeviceAssignment(gpus=gpus, milli=b.gpu_milli, gpu_memory_mib=mems, nics=nics, whole=whole)
+        return DeviceAssignment(
+            gpus=gpus, milli=b.gpu_milli, gpu_memory_mib=mems, nics=nics, whole=whole, backend=b.backend
+        )
 
     def bind_of(self, alloc: Allocation) -> Bind:
         c = self.cluster
@@ -730,6 +733,7 @@ class Snapshot:
             mig=d.mig,
             nics=tuple(c.nic_index(alloc.node, j) for j in d.nics),
             claims=alloc.claims,
+            backend=d.backend,
         )
 
     def evict_of(self, alloc: Allocation, reason: str, by: str = "") -> Evict:

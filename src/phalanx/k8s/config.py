@@ -63,6 +63,11 @@ class AdapterConfig:
     reservation_timeout_s: float = 120.0  # a reservation pod without a GPU by then is deleted
     reservation_extras: ReservationPodExtras = ReservationPodExtras()
     share_limit_env: bool = False  # also write HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / _SM_LIMIT
+    # MPS shares (`core.backends`): the node folder of the MPS control daemon's pipes, given to an
+    # MPS share as CUDA_MPS_PIPE_DIRECTORY; the webhook mounts it into every share container when
+    # the scheduler's profile may pick MPS (`mps_shares`), else only where the pod asks for MPS
+    mps_pipe_directory: str = "/run/nvidia/mps"
+    mps_shares: bool = False
     # Kueue users (phalanx.k8s.read.kueue): "auto" (coexist when a Kueue controller runs), "coexist",
     # "migrate" (Phalanx enforces the ClusterQueues) or "off"
     kueue: str = "auto"

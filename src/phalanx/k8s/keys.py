@@ -27,6 +27,7 @@ MIG_SLICE = "phalanx.io/mig-slice"  # "3g.40gb@4": profile and start slot on GPU
 MIG_LAYOUT = mig_layout.LAYOUT  # node annotation: the MIG layouts the scheduler wants
 MIG_LAYOUT_STATUS = mig_layout.STATUS  # node annotation: the node agent's answers to them
 RDMA_NICS = "phalanx.io/rdma-nics"  # "0,1": RDMA NIC indices
+GPU_BACKEND_CHOSEN = "phalanx.io/gpu-backend-chosen"  # "mig" | "mps" | "time-slice": what serves a share
 NODE_INTENT = "phalanx.io/node"  # the node chosen for the pod (on the Binding; before it, by older versions)
 GANG_PLAN = "phalanx.io/gang-plan"  # on a gang's first pod, before its binds: every member's assignment
 # GPU shares on the stock device plugin (docs/kubernetes.md, "Device-plugin clusters")
@@ -79,6 +80,8 @@ KUEUE_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_FRACTION_DEVICES = "gpu-fraction-num-devices"
+# the pod's own choice of what serves its fraction: mig | mps | time-slice | auto (core.backends)
+GPU_BACKEND = "phalanx.io/gpu-backend"
 
 # resources
 GPU_RESOURCE = "nvidia.com/gpu"

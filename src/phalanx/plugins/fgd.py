@@ -167,6 +167,8 @@ class FgdScorer(ClassKeyed):
         cache.index.sigs.refresh()
         frag_now = cache.index.node_frag()[i]
         gpus = [int(j) for j in np.nonzero(usable)[0]]
+        if not gpus:  # a node the aggregates kept whose GPUs serve another share backend
+            return None
         shared = cache.index.sigs.shared[i]
         free_all = c.gpu_milli_free[i]
         cpu_after = int(c.cpu_free[i]) - req.cpu_milli

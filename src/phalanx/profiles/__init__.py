@@ -24,6 +24,8 @@ from phalanx.actions.repartition import Repartition
 from phalanx.actions.replan import Replan
 from phalanx.actions.reserve import Reserve
 from phalanx.core import traits
+from phalanx.core.backends import DEFAULT as DEFAULT_BACKEND
+from phalanx.core.backends import FractionBackend
 from phalanx.core.errors import SpecError
 from phalanx.core.extension import (
     Action,
@@ -114,6 +116,14 @@ class PluginSpec(BaseModel):
     weight: float = 1.0
 
 
+class FractionBackendSpec(BaseModel):
+    """`fraction_backend`: which backend serves a fractional GPU request (`core.backends`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    order: list[Literal["mig", "mps", "time-slice"]] = Field(min_length=1)
+    mig_for: Literal["memory", "fraction", "any"] = "any"
+
+
 class ProfileSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -129,6 +139,16 @@ class ProfileSpec(BaseModel):
     gang_planner: PluginSpec | None = None
     admission: list[PluginSpec] = Field(default_factory=list)
     queue_order: PluginSpec | None = None
+    fraction_backend: FractionBackendSpec | None = None
+
+
+def _fraction_backend(spec: FractionBackendSpec | None, source: str) -> FractionBackend:
+    if spec is None:
+        return DEFAULT_BACKEND
+    if len(set(spec.order)) != len(spec.order):
+        listed = ", ".join(spec.order)
+        raise SpecError(f"{source}: fraction_backend.order", f"a backend listed twice: {listed}")
+    return FractionBackend(tuple(spec.order), spec.mig_for)
 
 
 def _make(registry: Mapping[str, Callable[..., T]], spec: PluginSpec, where: str) -> T:
@@ -199,6 +219,7 @@ def compile_profile(data: Mapping[str, Any], source: str = "profile") -> Profile
         tie_break=spec.tie_break,
         gpu_sharing=spec.gpu_sharing,
         preemption_cost=spec.preemption_cost,
+        fraction_backend=_fraction_backend(spec.fraction_backend, source),
     )
 
 

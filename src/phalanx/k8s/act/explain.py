@@ -22,8 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from phalanx.core.decisions import DISRUPTION_BUDGET, NOT_PREEMPTIBLE, CycleResult, Hold, Pending, holds_text
+from phalanx.core.decisions import (
+    DISRUPTION_BUDGET,
+    NOT_PREEMPTIBLE,
+    Bind,
+    CycleResult,
+    Hold,
+    Pending,
+    holds_text,
+)
 from phalanx.core.feasibility import GPU_MEMORY_UNKNOWN
+from phalanx.core.model import MIG_BACKEND
 from phalanx.core.queues import CPU, GPU, MEM
 from phalanx.k8s import keys
 from phalanx.k8s.act.native_status import NativeStatus
@@ -56,6 +65,15 @@ def describe(p: Pending) -> str:
     if any(h.guard == NOT_PREEMPTIBLE for h in p.holds):
         parts.append(f'(not preemptible: {keys.PREEMPTIBLE}: "false" or PodGroup spec.preemptible: false)')
     return "; ".join(x for x in parts if x)
+
+
+def served_by(b: Bind) -> str:
+    """What serves a fractional request, as the Scheduled Event says it (`core.backends`)."""
+    if b.backend == MIG_BACKEND and b.mig is not None:
+        return f", GPU share served by MIG instance {b.mig.profile}@{b.mig.start}"
+    if b.backend:
+        return f", GPU share served by {b.backend}"
+    return ""
 
 
 class Writer(threading.Thread):
@@ -215,7 +233,11 @@ class Explainer:
                 gpus = f" GPUs {','.join(map(str, b.gpus))}" if b.gpus else ""
                 obj = pod_objects.get(b.task)
                 if obj is not None and (bound is None or b.task in bound):
-                    self._event(b.task, obj, "Scheduled", f"Bound to {b.node}{gpus}", False, budget)
+                    said = f"Bound to {b.node}{gpus}{served_by(b)}"
+                    self._event(b.task, obj, "Scheduled", said, False, budget)
+                elif obj is not None and b.backend:  # a share waits for its GPU's reservation first
+                    said = f"Assigned to {b.node}{gpus}{served_by(b)}; bound once that GPU is reserved"
+                    self._event(b.task, obj, "GPUBackendChosen", said, False, budget)
             for ev in result.evictions:
                 obj = pod_objects.get(ev.task)
                 if obj is not None:

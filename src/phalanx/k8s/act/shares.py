@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.core.decisions import Bind
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI
+from phalanx.core.model import MILLI, MPS_BACKEND
 from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
 from phalanx.k8s.act.step import Broke, ShareStep, Step
@@ -187,8 +187,16 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
 
 
 def share_env(b: Bind, uuids: list[str], cfg: AdapterConfig) -> dict[str, str]:
-    """The variables a share's containers get: its GPU, and the limits an in-container limiter reads."""
+    """The variables a share's containers get: its GPU, and the limits an in-container limiter reads;
+    an MPS share also the MPS client's: its thread percentage, pinned memory limit and pipes."""
     env = {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "PHALANX_GPU_FRACTION": f"{b.gpu_milli / MILLI:g}"}
+    if b.backend:
+        env["PHALANX_GPU_BACKEND"] = b.backend
+    if b.backend == MPS_BACKEND:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(-(-b.gpu_milli * 100 // MILLI))
+        if b.gpu_memory_mib:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{u}={b.gpu_memory_mib}M" for u in uuids)
+        env["CUDA_MPS_PIPE_DIRECTORY"] = cfg.mps_pipe_directory
     if cfg.share_limit_env:
         if b.gpu_memory_mib:
             env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{b.gpu_memory_mib}m"  # HAMi-core's names

@@ -12,6 +12,10 @@ GPU of the node; kubelet instead waits for the ConfigMap (it exists before the b
 HAMi's resources do not exist where HAMi's device plugin does not run (kubelet would refuse
 the pod), so they are moved to the equivalent KAI annotations, which ask for the same share.
 
+A share that MPS may serve (`phalanx.io/gpu-backend: mps`, or any share when the scheduler's
+profile may pick MPS) gets the node's MPS pipe directory mounted at the same path; the scheduler
+names it in the share's CUDA_MPS_PIPE_DIRECTORY.
+
 A pod that names a dataset (`phalanx.io/dataset`) gets the node's cached copy mounted read-only
 (docs/datasets.md: why a hostPath of type Directory, and not a CSI volume).
 """
@@ -24,7 +28,7 @@ import secrets
 from typing import Any
 
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, GpuKind
+from phalanx.core.model import MIG_BACKEND, MILLI, MPS_BACKEND, GpuKind
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.pods import dataset_of, parse_pod
@@ -33,6 +37,7 @@ from phalanx.spec.datasets import dataset_key
 HAMI_RESOURCES = (keys.HAMI_GPUMEM, keys.HAMI_GPUMEM_PERCENT, "nvidia.com/gpucores", keys.GPU_RESOURCE)
 DATASET_VOLUME = keys.DATASET_VOLUME
 DATASET_ENV = "PHALANX_DATASET_DIR"
+MPS_VOLUME = "phalanx-mps-pipe"
 _MAX_BASE = 40  # ConfigMap names stay well under 63 characters (some tools mount them as volumes)
 
 
@@ -103,6 +108,12 @@ def _share(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) 
             notes[keys.KAI_FRACTION] = f"{gpu.milli / MILLI:g}"
         if gpu.devices > 1:
             notes[keys.KAI_FRACTION_DEVICES] = str(gpu.devices)
+    if gpu.backends == (MIG_BACKEND,):
+        raise SpecError(
+            f"{where}: annotation {keys.GPU_BACKEND}",
+            "mig is not served on Kubernetes yet (no reservation of a MIG instance for a share); "
+            "ask for the slice itself (nvidia.com/mig-<profile>: 1) or use mps, time-slice or auto",
+        )
     name = notes.get(keys.GPU_CONFIGMAP) or configmap_name(obj)
     notes[keys.GPU_CONFIGMAP] = name
     meta["annotations"] = notes
@@ -113,7 +124,24 @@ def _share(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) 
             refs.append({"configMapRef": {"name": name, "optional": False}})
     if parse_pod(obj, cfg).request.gpu != gpu:  # the moved HAMi request must ask for the same share
         raise SpecError(where, "could not carry the HAMi GPU request over to the stock device plugin")
+    if gpu.backends == (MPS_BACKEND,) or (not gpu.backends and cfg.mps_shares):
+        _mount_mps(obj["spec"], targets, cfg)
     return True
+
+
+def _mount_mps(spec: dict[str, Any], targets: list[int], cfg: AdapterConfig) -> None:
+    """The MPS pipe directory of the node, at the same path, in the share's containers: an MPS
+    share's CUDA_MPS_PIPE_DIRECTORY (from its ConfigMap) names it. DirectoryOrCreate: a pod the
+    scheduler serves by time-slice still starts on a node that runs no MPS daemon."""
+    volumes = spec.setdefault("volumes", [])
+    if not any(v.get("name") == MPS_VOLUME for v in volumes):
+        volumes.append(
+            {"name": MPS_VOLUME, "hostPath": {"path": cfg.mps_pipe_directory, "type": "DirectoryOrCreate"}}
+        )
+    for i in targets:
+        mounts = spec["containers"][i].setdefault("volumeMounts", [])
+        if not any(m.get("name") == MPS_VOLUME for m in mounts):
+            mounts.append({"name": MPS_VOLUME, "mountPath": cfg.mps_pipe_directory})
 
 
 def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:

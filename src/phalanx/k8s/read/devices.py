@@ -7,6 +7,8 @@ Schema (all values strings):
 - `phalanx.io/gpu-memory`: MiB of each listed GPU the share stands for (`"40960"`).
 - `phalanx.io/mig-slice`: MIG profile and start slot on the listed GPU (`"3g.40gb@4"`).
 - `phalanx.io/rdma-nics`: RDMA NIC indices (`"0"`).
+- `phalanx.io/gpu-backend-chosen`: what serves a fractional request, `mig` (with `mig-slice`),
+  `mps` or `time-slice`; absent when no backend policy or pod chose (a time-slice share).
 
 They travel on the Binding (the API server copies its annotations onto the pod), so one
 call assigns and binds. A gang of several pods first gets its plan, every member's
@@ -23,10 +25,18 @@ from typing import Any
 from phalanx.core.cluster import MigSlice
 from phalanx.core.decisions import Bind
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI
+from phalanx.core.model import GPU_BACKENDS, MILLI
 from phalanx.k8s import keys
 
-ALL = (keys.NODE_INTENT, keys.GPU_DEVICES, keys.GPU_FRACTION, keys.GPU_MEMORY, keys.MIG_SLICE, keys.RDMA_NICS)
+ALL = (
+    keys.NODE_INTENT,
+    keys.GPU_DEVICES,
+    keys.GPU_FRACTION,
+    keys.GPU_MEMORY,
+    keys.MIG_SLICE,
+    keys.RDMA_NICS,
+    keys.GPU_BACKEND_CHOSEN,
+)
 
 
 def encode(b: Bind) -> dict[str, str | None]:
@@ -43,6 +53,8 @@ def encode(b: Bind) -> dict[str, str | None]:
             out[keys.GPU_MEMORY] = str(b.gpu_memory_mib)
     if b.nics:
         out[keys.RDMA_NICS] = ",".join(str(n) for n in b.nics)
+    if b.backend:
+        out[keys.GPU_BACKEND_CHOSEN] = b.backend
     return out
 
 
@@ -88,7 +100,11 @@ def decode(notes: dict[str, str], task: str, workload: str, node: str) -> Bind:
             if not notes[keys.GPU_MEMORY].isdigit():
                 raise SpecError(w, f"expected MiB, got {notes[keys.GPU_MEMORY]!r}")
             mem = int(notes[keys.GPU_MEMORY])
-    return Bind(task, workload, node, gpus, milli, mem, mig, nics)
+    backend = notes.get(keys.GPU_BACKEND_CHOSEN, "")
+    if backend and backend not in GPU_BACKENDS:
+        known = ", ".join(GPU_BACKENDS)
+        raise SpecError(f"{where}: {keys.GPU_BACKEND_CHOSEN}", f"expected one of {known}, got {backend!r}")
+    return Bind(task, workload, node, gpus, milli, mem, mig, nics, backend=backend)
 
 
 def binding_notes(b: Bind) -> dict[str, str]:

@@ -8,10 +8,11 @@ a share of each of N GPUs; `nvidia.com/mig-<profile>: 1` a MIG slice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phalanx.core.affinity import NodeSelectorTerm
+from phalanx.core.backends import parse_override
 from phalanx.core.errors import SpecError
 from phalanx.core.model import MAX_DEVICES, MILLI, GpuKind, GpuRequest, TaskRequest, Toleration
 from phalanx.k8s import keys
@@ -162,7 +163,7 @@ def _request(
         for v in per.get(r, [])
     )
     try:
-        gpu = _gpu(whole, migs, per, notes, where)
+        gpu = _backend(_gpu(whole, migs, per, notes, where), notes, where)
     except SpecError as e:
         raise e if e.where.startswith("pod ") else e.located(where) from None
     tolerations = tuple(
@@ -299,6 +300,22 @@ def _gpu(
         devices = max(whole, 1)
         return GpuRequest.whole(devices) if pct == 100 else GpuRequest.fraction(pct / 100, devices)
     return GpuRequest.whole(whole) if whole else GpuRequest.none()
+
+
+def _backend(gpu: GpuRequest, notes: dict[str, str], where: str) -> GpuRequest:
+    """The pod's `phalanx.io/gpu-backend`: what may serve its fraction (`auto`: the profile decides).
+    A bad value is an error on any pod; a good one on a pod that asks no fraction changes nothing."""
+    value = notes.get(keys.GPU_BACKEND)
+    if value is None:
+        return gpu
+    w = f"{where}: annotation {keys.GPU_BACKEND}"
+    chosen = parse_override(value, w)
+    if not chosen or gpu.kind not in (GpuKind.FRACTION, GpuKind.MEMORY):
+        return gpu
+    try:
+        return replace(gpu, backends=chosen)
+    except SpecError as e:
+        raise SpecError(w, e.message) from None
 
 
 def _share_devices(notes: dict[str, str], where: str) -> int:
