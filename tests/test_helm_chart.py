@@ -19,9 +19,14 @@ from test_k8s_manifests import as_json_schema, check_object, crd_schemas
 APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 ALL_ON: dict[str, Any] = {
-    "scheduler": {"gpuShares": "reservation", "customProfile": "name: mine\nactions: [allocate]\n"},
+    "scheduler": {
+        "gpuShares": "reservation",
+        "customProfile": "name: mine\nactions: [allocate]\n",
+        "mps": {"allShares": True},
+    },
     "webhook": {"certificate": {"mode": "certManager"}},
-    "devicePlugin": {"enabled": True},
+    "discover": {"migRecut": True},
+    "devicePlugin": {"enabled": True, "migStrategy": "mixed"},
     "cache": {"enabled": True},
     "queues": [
         {"name": "research", "spec": {"resources": {"gpu": {"quota": 32}}}},
@@ -202,6 +207,7 @@ def test_shards_render_one_scheduler_each_and_the_file_the_twin_reads_with_their
         ),
         ({"shards": [{"name": "A_1", "pools": ["x"]}]}, "shards[0].name must be a DNS label"),
         ({"shards": [{"name": "a"}]}, "shards[0] (a) owns nothing"),
+        ({"devicePlugin": {"enabled": True, "migStrategy": "single"}}, "devicePlugin.migStrategy: expected"),
     ],
 )
 def test_values_that_cannot_work_stop_the_render(values, message, tmp_path):
@@ -629,3 +635,28 @@ def test_discovery_reads_the_kubelet_config_file_only_when_named():
         "name": "kubelet-config",
         "hostPath": {"path": "/var/lib/kubelet/config.yaml", "type": "File"},
     } in named["volumes"]
+
+
+def test_mig_recuts_and_mig_devices_get_what_they_need_and_only_when_asked():
+    """The agent that cuts MIG GPUs runs privileged (NVML's MIG calls) with kubelet's PodResources
+    socket, may list pods and write Events; the MIG device plugin reads PodResources. Off by default."""
+    docs = render(ALL_ON)
+    agent = container(docs, "DaemonSet", "phalanx-node-discover")
+    params = parse_cli(agent["args"])
+    assert params["mig_recut"] and str(params["pod_resources_socket"]) == "/host/pod-resources/kubelet.sock"
+    assert agent["securityContext"] == {"privileged": True}
+    rules = find(docs, "ClusterRole", "phalanx-node")["rules"]
+    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in rules
+    plugin = container(docs, "DaemonSet", "phalanx-device-plugin")
+    assert parse_cli(plugin["args"])["mig_strategy"] == "mixed"
+    mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
+    assert mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    assert parse_cli(container(docs, "Deployment", "phalanx-webhook")["args"])["mps_shares"]
+    plain = render({"devicePlugin": {"enabled": True}})
+    agent = container(plain, "DaemonSet", "phalanx-node-discover")
+    assert (
+        not parse_cli(agent["args"])["mig_recut"]
+        and agent["securityContext"]["allowPrivilegeEscalation"] is False
+    )
+    assert [r["resources"] for r in find(plain, "ClusterRole", "phalanx-node")["rules"]] == [["nodes"]]
+    assert parse_cli(container(plain, "DaemonSet", "phalanx-device-plugin")["args"])["mig_strategy"] == "none"
