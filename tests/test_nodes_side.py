@@ -249,6 +249,7 @@ def _helm_install(
                 "gpuShares": "reservation",
                 "leaseDurationSeconds": 6,
                 "resources": SMALL,
+                "mps": {"pipeDirectory": str(fake / "mps")},  # made by the share's hostPath
             },
             "webhook": {"replicas": 1, "resources": SMALL},
             "discover": {"enabled": False},
@@ -724,10 +725,30 @@ def test_gpu_shares_run_on_the_gpu_their_reservation_pod_holds(plugins: Side) ->
     for p in again:
         assert exec_env(k, p["metadata"]["name"], "NVIDIA_VISIBLE_DEVICES") == uuid2
 
+    # a share MPS serves (the pod asks it): MPS's variables and the pipe directory in the container,
+    # on a GPU of its own (an MPS server runs its GPU in exclusive-process mode: no time-slice there)
+    k.kube.create(workload("mps", node=a, notes={"gpu-fraction": "0.25", keys.GPU_BACKEND: "mps"}))
+    running(k, "mps")
+    pipe = str(s.fake / "mps")
+    got = {v: exec_env(k, "mps", v) for v in ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
+    assert got["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert (
+        got["NVIDIA_VISIBLE_DEVICES"] in s.uuids(a, [0, 1, 2, 3]) and got["NVIDIA_VISIBLE_DEVICES"] != uuid2
+    )
+    assert exec_env(k, "mps", "CUDA_MPS_PIPE_DIRECTORY") == pipe
+    assert (
+        k.kubectl("exec", "-n", NS, "mps", "--", "sh", "-c", f"test -d {pipe} && echo mounted").strip()
+        == "mounted"
+    )
+    assert annotations(pod_of(k, "mps"))[keys.GPU_BACKEND_CHOSEN] == "mps"
+    for p in again:  # the time-slice shares: no MPS variable
+        assert exec_env(k, p["metadata"]["name"], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == ""
+    k.kubectl("delete", "pod", "-n", NS, "mps", "--wait=false")
+
     # both end: the reservation pod goes
     k.kubectl("scale", "deployment", "-n", NS, "shares", "--replicas=0")
     wait_for("no share left", lambda: not k.pods(NS, "app=shares"), timeout=60)
-    wait_for("the reservation pod gone", lambda: not reservations(k), timeout=60)
+    wait_for("the reservation pods gone", lambda: not reservations(k), timeout=60)
     assert phase(pod_of(k, "whole")) == "Running"
 
 
