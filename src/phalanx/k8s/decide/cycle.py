@@ -10,6 +10,7 @@ the cycle did. Forecasts come after, when the caller asks (`Decision.foresee`).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,10 @@ def decide(
         snap.seed_recent(now)  # the eviction budgets' hour, from the memory an earlier leader saved
     rng = rng if rng is not None else np.random.default_rng(0)
     result = run_cycle(snap, profile, now, rng, apply=True, stream=stream)
+    for r in result.repartitions:  # on Kubernetes a GPU is cut when its node agent says so, not
+        i = snap.node_index(r.node)  # at the action's `recut_s`: until then it serves nothing
+        j = next(k for k, g in enumerate(snap.nodes[i].gpus) if g.index == r.gpu)
+        snap.recuts[(i, j)] = math.inf
     return Decision(world, profile, now, result)
 
 

@@ -368,8 +368,10 @@ class Scheduler:
         if world.unfinished:
             self.executor.finish(world.unfinished, scene, out)
         out.merge(self.executor.apply(result, scene, streamed))
-        if result.repartitions:  # for the node agents; the GPUs serve nothing till they answer
-            recuts.ask(self.api, self.executor.retry, result.repartitions, now)
+        # for the node agents (the GPUs serve nothing till they answer); one not asked: the kept
+        # snapshot would hold it as being cut, so the next cycle builds one from the API
+        if result.repartitions and recuts.ask(self.api, self.executor.retry, result.repartitions, now):
+            self.carry.drop()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         self._assume(out, binds, now)
         return binds
