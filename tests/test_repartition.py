@@ -112,12 +112,3 @@ def test_the_twin_replays_mig_jobs_and_a_recut() -> None:
         {"name": "s", "actions": [{"name": "allocate"}], "order": [{"name": "priority"}]}
     )
     assert all(r.start is None for r in replay([node({0: ["7g.80gb@0"]})], jobs, static).jobs)
-
-
-def test_the_kubernetes_scheduler_refuses_a_profile_it_cannot_carry_out() -> None:
-    from phalanx.core.errors import SpecError
-    from phalanx.k8s.config import AdapterConfig
-    from phalanx.k8s.loop.scheduler import Scheduler
-
-    with pytest.raises(SpecError, match=r"repartition.*twin only"):
-        Scheduler(object(), AdapterConfig(), profile())  # type: ignore[arg-type]
