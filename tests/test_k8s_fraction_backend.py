@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from kube_objects import pod
-from phalanx.cli.kube import _check_backends
 from phalanx.core.cluster import MigSlice
 from phalanx.core.decisions import Bind
 from phalanx.core.errors import SpecError
@@ -17,7 +16,6 @@ from phalanx.k8s.admission.mutation import MPS_VOLUME, mutate
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.devices import binding_notes, decode
 from phalanx.k8s.read.pods import parse_pod
-from phalanx.profiles import compile_profile, load_profile
 
 UUID = "GPU-5a1e0000-1111-2222-3333-00000000abcd"
 CFG = AdapterConfig()
@@ -104,22 +102,6 @@ def test_the_webhook_mounts_the_pipe_directory_where_mps_may_serve():
     assert auto is not None and _mps_volume(auto) == ["/var/run/mps", "/var/run/mps"]
     ts = mutate(_share("d", backend="time-slice"), "default", policy)
     assert ts is not None and _mps_volume(ts) == []
-
-
-def test_the_webhook_refuses_mig_which_kubernetes_does_not_serve_yet():
-    with pytest.raises(SpecError, match=f"^pod default/m: annotation {keys.GPU_BACKEND}: mig is not served"):
-        mutate(_share("m", backend="mig"), "default", CFG)
-
-
-def test_the_scheduler_refuses_a_mig_policy_with_reservation_shares():
-    data = {"name": "p", "actions": [{"name": "allocate"}], "fraction_backend": {"order": ["mig", "mps"]}}
-    prof = compile_profile(data, "p.yaml")
-    with pytest.raises(SpecError, match=r"^profile p: fraction_backend.order: mig serves fractions"):
-        _check_backends(prof, "reservation", "/run/nvidia/mps")
-    _check_backends(prof, "off", "/run/nvidia/mps")  # no reservation: the binds stand as the core made them
-    _check_backends(load_profile("phalanx"), "reservation", "/run/nvidia/mps")
-    with pytest.raises(SpecError, match=r"^--mps-pipe-directory: must be an absolute path"):
-        _check_backends(load_profile("phalanx"), "off", "run/mps")
 
 
 def test_the_scheduled_event_says_what_serves_the_share():

@@ -17,8 +17,6 @@ from phalanx.cli.errors import user_errors
 from phalanx.cli.serving import serving_tls
 from phalanx.cli.tables import name_column, print_table
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MIG_BACKEND
-from phalanx.core.profile import Profile
 from phalanx.k8s.act.shares import parse_reservation_extras
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import DEFAULT_LEVELS, AdapterConfig, ReservationPodExtras, parse_levels
@@ -107,7 +105,7 @@ def scheduler(
             shard=mine,
         )
         prof = load_profile(profile)
-        _check_backends(prof, gpu_shares, mps_pipe_directory)
+        _check_backends(mps_pipe_directory)
         api = _connect(kubeconfig, in_cluster)
     if shadow:
         from dataclasses import replace
@@ -154,17 +152,11 @@ def _check_scheduler_options(
         raise SpecError("--gpu-shares", f"must be 'off' or 'reservation', got {gpu_shares!r}")
 
 
-def _check_backends(prof: Profile, gpu_shares: str, mps_pipe_directory: str) -> None:
-    """A fraction served by a MIG instance needs a reservation of that instance, which the share
-    mechanism does not make yet: refuse the policy at start rather than leave such pods waiting."""
+def _check_backends(mps_pipe_directory: str) -> None:
+    """The MPS pipe directory is a path inside the share's containers: absolute. (Every backend works
+    with `--gpu-shares reservation`: a share a MIG instance serves gets a reservation pod for it.)"""
     if not mps_pipe_directory.startswith("/"):
         raise SpecError("--mps-pipe-directory", f"must be an absolute path, got {mps_pipe_directory!r}")
-    if gpu_shares == "reservation" and MIG_BACKEND in prof.fraction_backend.order:
-        raise SpecError(
-            f"profile {prof.name}: fraction_backend.order",
-            "mig serves fractions in the simulator only: with --gpu-shares reservation no MIG instance "
-            "is reserved for a share yet (list mps and time-slice)",
-        )
 
 
 def _check_tls_options(tls_files: tuple[Path | None, Path | None], insecure_metrics: bool) -> None:

@@ -114,8 +114,14 @@ def reserve(
     in_cluster: opt.InCluster = False,
     nvml_module: opt.NvmlModule = "pynvml",
     once: Annotated[bool, typer.Option("--once", help="Report the GPU and exit (tests).")] = False,
+    mig: Annotated[
+        bool,
+        typer.Option(
+            "--mig", help="The pod holds one MIG device (nvidia.com/mig-<profile>): report its UUID."
+        ),
+    ] = False,
 ) -> None:
-    """Inside a GPU-reservation pod: report which GPU it holds, then hold it."""
+    """Inside a GPU-reservation pod: report which GPU (or MIG device) it holds, then hold it."""
     from phalanx.node import nvml
     from phalanx.node import reserve as r
 
@@ -126,7 +132,7 @@ def reserve(
         if not ns or not name:
             raise SpecError("--pod", "give namespace/name, or set POD_NAMESPACE and POD_NAME")
         try:
-            r.run(_client(kubeconfig, in_cluster), ns, name, nvml_module, once)
+            r.run(_client(kubeconfig, in_cluster), ns, name, nvml_module, once, mig)
         except nvml.NvmlUnavailable as e:
             raise SpecError("NVML", str(e)) from None
 

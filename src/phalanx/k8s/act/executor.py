@@ -41,6 +41,7 @@ from phalanx.k8s.read import extended
 from phalanx.k8s.read.claims import DraObjects
 from phalanx.k8s.read.devices import ALL, binding_notes, encode_plan, stale_keys
 from phalanx.k8s.read.dra import allocation_of, status_of
+from phalanx.k8s.read.reservations import slot_text
 from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -231,9 +232,9 @@ class Executor:
         for slot in world.idle_reservations:
             if not shares.recent(slot, ttl=5.0):
                 shares.delete(slot, world.reservations.get(slot))
-        for task, (node, index) in sorted(world.orphan_shares.items()):
-            if task not in gone and shares.gone((node, index)):
-                why = f"the reservation pod that held GPU {index} of {node} for it is gone"
+        for task, slot in sorted(world.orphan_shares.items()):
+            if task not in gone and shares.gone(slot):
+                why = f"the reservation pod that held {slot_text(slot)} for it is gone"
                 log.warning("evicting share %s: %s", task, why)
                 self.evict(task, why, out)
 

@@ -9,6 +9,13 @@ pod is bound. With the stock plugin the scheduler cannot pick which physical GPU
 hands the reservation pod: index `i` names the group of shares that go together, and the UUID
 says where the group lives.
 
+A fraction the core serves by a MIG instance (`Bind.mig`, backend `mig`) is reserved the same way,
+one reservation pod per instance, `phalanx-gpu-<node>-<i>-<profile>-<start>`: it asks
+`nvidia.com/mig-<profile>: 1` and carries the chosen `phalanx.io/mig-slice` and
+`phalanx.io/gpu-devices`, so that Phalanx's MIG device plugin (`phalanx node device-plugin
+--mig-strategy mixed`) hands it that instance; `phalanx node reserve --mig` in it reports the MIG
+device's UUID, which the share's ConfigMap names.
+
 Every step can be repeated and is checked before it is taken, so a restart finishes it: the
 gang plan (written first) keeps the decision, the reservation pod's name is fixed by the
 decision, the ConfigMap write is an upsert. A reservation pod whose GPU has no share left,
@@ -32,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.core.decisions import Bind
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MILLI, MPS_BACKEND
+from phalanx.core.model import MIG_BACKEND, MILLI, MPS_BACKEND
 from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
 from phalanx.k8s.act.step import Broke, ShareStep, Step
@@ -40,7 +47,7 @@ from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS, PODS
 from phalanx.k8s.config import AdapterConfig, ReservationPodExtras
 from phalanx.k8s.read.pods import timestamp
-from phalanx.k8s.read.reservations import Slot
+from phalanx.k8s.read.reservations import Slot, slot_mig, slot_of, slot_text
 from phalanx.spec.common import validate
 
 log = logging.getLogger("phalanx.k8s")
@@ -51,16 +58,36 @@ class Broken(Exception):
     """The reservation cannot be had (its pod failed, or never got a GPU): choose again."""
 
 
+def is_mig_share(b: Bind) -> bool:
+    """A fraction the core serves by a MIG instance (a pod asking the slice itself is no share)."""
+    return len(b.gpus) == 1 and b.mig is not None and b.backend == MIG_BACKEND
+
+
 def is_share(b: Bind) -> bool:
-    return bool(b.gpus) and b.mig is None and 0 < b.gpu_milli < MILLI
+    return bool(b.gpus) and ((b.mig is None and 0 < b.gpu_milli < MILLI) or is_mig_share(b))
 
 
-def reservation_name(node: str, index: int) -> str:
-    name = f"phalanx-gpu-{node}-{index}"
+def slots_of(b: Bind) -> list[Slot]:
+    """What a share's reservation pods hold: its GPUs, or its MIG instance."""
+    if is_mig_share(b):
+        assert b.mig is not None
+        return [(b.node, b.gpus[0], f"{b.mig.profile}@{b.mig.start}")]
+    return [(b.node, g) for g in b.gpus]
+
+
+def reservation_name(node: str, index: int, mig: str = "") -> str:
+    """`phalanx-gpu-<node>-<i>`, and `-<profile>-<start>` for a MIG instance (in a pod name's
+    characters: `1g.10gb+me@3` is `1g.10gb-me-3`)."""
+    tail = f"{index}-{re.sub(r'[^a-z0-9.]+', '-', mig.lower())}" if mig else str(index)
+    name = f"phalanx-gpu-{node}-{tail}"
     if len(name) <= 253:
         return name
     digest = hashlib.sha256(node.encode()).hexdigest()[:10]
-    return f"phalanx-gpu-{node[:200]}-{digest}-{index}"
+    return f"phalanx-gpu-{node[:200]}-{digest}-{tail}"
+
+
+def slot_name(slot: Slot) -> str:
+    return reservation_name(slot[0], slot[1], slot_mig(slot))
 
 
 _OWN_ENV = ("POD_NAME", "POD_NAMESPACE")  # `phalanx node reserve` finds its pod through them
@@ -138,9 +165,15 @@ def parse_reservation_extras(data: object, where: str) -> ReservationPodExtras:
     return ReservationPodExtras(f.runtimeClassName, dump(f.env), dump(f.volumes), dump(f.volumeMounts))
 
 
-def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]:
-    """The pod that holds GPU group `index` of `node` for its shares (with the cluster's extras)."""
+def reservation_pod(node: str, index: int, cfg: AdapterConfig, mig: str = "") -> dict[str, Any]:
+    """The pod that holds GPU group `index` of `node` for its shares (with the cluster's extras); with
+    `mig` ("profile@start"), the MIG instance there that serves one share."""
     extras = cfg.reservation_extras
+    resource, notes, args = keys.GPU_RESOURCE, {keys.NODE_INTENT: node}, ["node", "reserve", "--in-cluster"]
+    if mig:  # the MIG device plugin hands it the instance these name
+        resource = f"nvidia.com/mig-{mig.partition('@')[0]}"
+        notes |= {keys.MIG_SLICE: mig, keys.GPU_DEVICES: str(index)}
+        args.append("--mig")
     field_env = [
         {"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}
         for n, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))
@@ -149,10 +182,10 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": reservation_name(node, index),
+            "name": reservation_name(node, index, mig),
             "namespace": cfg.reservation_namespace,
             "labels": {keys.GPU_RESERVATION: str(index), "app.kubernetes.io/name": "phalanx-gpu-reservation"},
-            "annotations": {keys.NODE_INTENT: node},
+            "annotations": notes,
         },
         "spec": {
             "nodeName": node,
@@ -165,11 +198,11 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
                     "name": "reserve",
                     "image": cfg.reservation_image,
                     "imagePullPolicy": "IfNotPresent",
-                    "args": ["node", "reserve", "--in-cluster"],
+                    "args": args,
                     "env": field_env + [dict(e) for e in extras.env],
                     "resources": {
-                        "requests": {"cpu": "1m", "memory": "64Mi", keys.GPU_RESOURCE: "1"},
-                        "limits": {"memory": "128Mi", keys.GPU_RESOURCE: "1"},
+                        "requests": {"cpu": "1m", "memory": "64Mi", resource: "1"},
+                        "limits": {"memory": "128Mi", resource: "1"},
                     },
                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }
@@ -188,7 +221,16 @@ def reservation_pod(node: str, index: int, cfg: AdapterConfig) -> dict[str, Any]
 
 def share_env(b: Bind, uuids: list[str], cfg: AdapterConfig) -> dict[str, str]:
     """The variables a share's containers get: its GPU, and the limits an in-container limiter reads;
-    an MPS share also the MPS client's: its thread percentage, pinned memory limit and pipes."""
+    an MPS share also the MPS client's: its thread percentage, pinned memory limit and pipes. A share
+    served by a MIG instance gets the instance alone: the hardware holds it to its size."""
+    if is_mig_share(b):
+        assert b.mig is not None
+        mig = f"{b.mig.profile}@{b.mig.start}"
+        return {
+            "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
+            "PHALANX_GPU_BACKEND": MIG_BACKEND,
+            "PHALANX_MIG_SLICE": mig,
+        }
     env = {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "PHALANX_GPU_FRACTION": f"{b.gpu_milli / MILLI:g}"}
     if b.backend:
         env["PHALANX_GPU_BACKEND"] = b.backend
@@ -231,10 +273,7 @@ class Shares:
         the store-lag window."""
         if not self.recent(slot):
             return True
-        node, index = slot
-        obj = self.retry(
-            partial(self.api.get, PODS, reservation_name(node, index), self.cfg.reservation_namespace)
-        )
+        obj = self.retry(partial(self.api.get, PODS, slot_name(slot), self.cfg.reservation_namespace))
         meta = (obj or {}).get("metadata") or {}
         if obj is None or meta.get("deletionTimestamp") or (obj.get("status") or {}).get("phase") == "Failed":
             with self.lock:
@@ -251,7 +290,7 @@ class Shares:
         shares = [b for b in binds if is_share(b)]
         uuids: dict[Slot, str] = {}
         waiting = False
-        for slot in sorted({(b.node, g) for b in shares for g in b.gpus}):
+        for slot in sorted({s for b in shares for s in slots_of(b)}):
             try:
                 got = self._reserved(slot)
             except Broken as e:
@@ -263,30 +302,32 @@ class Shares:
         if waiting:
             return Step.LATER
         for b in shares:
-            why = self._configmap(b, [uuids[(b.node, g)] for g in b.gpus], pods.get(b.task), uids)
+            why = self._configmap(b, [uuids[s] for s in slots_of(b)], pods.get(b.task), uids)
             if why:
                 return Broke(why)
         return Step.READY
 
     def _reserved(self, slot: Slot) -> str | None:
         """The UUID the reservation pod of `slot` reports; None while it waits (made if missing)."""
-        node, index = slot
+        node, index, mig = slot[0], slot[1], slot_mig(slot)
         with self.lock:
             obj = self.pods.get(slot)
         uuid = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(keys.RESERVED_GPU)
         if obj is None or not uuid:  # the store may lag: ask
-            name = reservation_name(node, index)
+            name = slot_name(slot)
             obj = self.retry(partial(self.api.get, PODS, name, self.cfg.reservation_namespace))
+            held = slot_of(obj, self.cfg) if mig and obj is not None else None
+            if held is not None and held != slot:  # kubelet gave it another instance (its plugin says so)
+                raise Broken(f"the reservation pod {name} made for {slot_text(slot)} holds {slot_text(held)}")
         if obj is None:
-            body = reservation_pod(node, index, self.cfg)
+            body = reservation_pod(node, index, self.cfg, mig)
             try:
                 obj = self.retry(partial(self.api.create, PODS, body, self.cfg.reservation_namespace))
                 log.info(
-                    "reservation pod %s/%s made for GPU %d of %s",
+                    "reservation pod %s/%s made for %s",
                     body["metadata"]["namespace"],
                     body["metadata"]["name"],
-                    index,
-                    node,
+                    slot_text(slot),
                 )
             except Conflict:
                 return None  # made meanwhile (by an earlier try): look again next time
@@ -304,14 +345,21 @@ class Shares:
         if status.get("phase") == "Failed":
             self.delete(slot, obj)
             why = status.get("message") or status.get("reason") or "it failed"
-            raise Broken(f"the reservation pod for GPU {index} of {node} failed: {why}")
+            raise Broken(f"the reservation pod for {slot_text(slot)} failed: {why}")
         age = self.clock() - timestamp(meta.get("creationTimestamp"))
         if timestamp(meta.get("creationTimestamp")) and age > self.cfg.reservation_timeout_s:
             self.delete(slot, obj)
+            if mig:
+                asks = (
+                    f"does the node have a free nvidia.com/mig-{mig.partition('@')[0]}, offered by "
+                    "`phalanx node device-plugin --mig-strategy mixed`?"
+                )
+            else:
+                asks = "does the node have a free nvidia.com/gpu?"
             raise Broken(
-                f"the reservation pod for GPU {index} of {node} reported no GPU in "
-                f"{self.cfg.reservation_timeout_s:g} s (is `phalanx node reserve` running there, "
-                "and does the node have a free nvidia.com/gpu?)"
+                f"the reservation pod for {slot_text(slot)} reported no "
+                f"{'MIG device' if mig else 'GPU'} in {self.cfg.reservation_timeout_s:g} s "
+                f"(is `phalanx node reserve` running there, and {asks})"
             )
         return None
 
@@ -349,12 +397,11 @@ class Shares:
         return ""
 
     def delete(self, slot: Slot, obj: dict[str, Any] | None = None) -> None:
-        node, index = slot
         meta = (obj or {}).get("metadata") or {}
-        name = str(meta.get("name") or reservation_name(node, index))
+        name = str(meta.get("name") or slot_name(slot))
         try:
             self.retry(partial(self.api.delete, PODS, name, self.cfg.reservation_namespace, 0))
-            log.info("reservation pod %s deleted: no share left on GPU %d of %s", name, index, node)
+            log.info("reservation pod %s deleted: no share left on %s", name, slot_text(slot))
         except NotFound:
             pass
         with self.lock:

@@ -4,10 +4,11 @@ On the stock NVIDIA device plugin a pod that asks for a share (KAI's `gpu-fracti
 `gpu-memory` annotations, or HAMi's `nvidia.com/gpumem` / `nvidia.com/gpumem-percentage`)
 asks kubelet for no GPU, so it would get none. At admission, its GPU container gets an
 `envFrom` reference to a ConfigMap named in `phalanx.io/gpu-configmap`; before the bind the
-scheduler writes `NVIDIA_VISIBLE_DEVICES=<uuid>` there, the UUID of the GPU a reservation pod
-holds (`phalanx.k8s.act.shares`). The reference is not optional: a CUDA image sets
-`NVIDIA_VISIBLE_DEVICES=all`, so a container that started without the ConfigMap would see every
-GPU of the node; kubelet instead waits for the ConfigMap (it exists before the bind).
+scheduler writes `NVIDIA_VISIBLE_DEVICES=<uuid>` there, the UUID of the GPU (or, for a share a MIG
+instance serves, of the MIG device) a reservation pod holds (`phalanx.k8s.act.shares`). The
+reference is not optional: a CUDA image sets `NVIDIA_VISIBLE_DEVICES=all`, so a container that
+started without the ConfigMap would see every GPU of the node; kubelet instead waits for the
+ConfigMap (it exists before the bind).
 
 HAMi's resources do not exist where HAMi's device plugin does not run (kubelet would refuse
 the pod), so they are moved to the equivalent KAI annotations, which ask for the same share.
@@ -28,7 +29,7 @@ import secrets
 from typing import Any
 
 from phalanx.core.errors import SpecError
-from phalanx.core.model import MIG_BACKEND, MILLI, MPS_BACKEND, GpuKind
+from phalanx.core.model import MILLI, MPS_BACKEND, GpuKind
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.pods import dataset_of, parse_pod
@@ -108,12 +109,6 @@ def _share(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) 
             notes[keys.KAI_FRACTION] = f"{gpu.milli / MILLI:g}"
         if gpu.devices > 1:
             notes[keys.KAI_FRACTION_DEVICES] = str(gpu.devices)
-    if gpu.backends == (MIG_BACKEND,):
-        raise SpecError(
-            f"{where}: annotation {keys.GPU_BACKEND}",
-            "mig is not served on Kubernetes yet (no reservation of a MIG instance for a share); "
-            "ask for the slice itself (nvidia.com/mig-<profile>: 1) or use mps, time-slice or auto",
-        )
     name = notes.get(keys.GPU_CONFIGMAP) or configmap_name(obj)
     notes[keys.GPU_CONFIGMAP] = name
     meta["annotations"] = notes

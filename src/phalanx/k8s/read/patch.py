@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any
 
 from phalanx.core.decisions import Bind
-from phalanx.core.model import Node
+from phalanx.core.model import MIG_BACKEND, Node
 from phalanx.k8s import keys
 from phalanx.k8s.client.cache import Changes, object_key
 from phalanx.k8s.client.kinds import COMPOSITE_POD_GROUPS, JOBS, NODES, POD_GROUPS, PODS
@@ -224,7 +224,10 @@ def _leftover(ix: Index, p: PodInfo, placed: Bind | None, recorded: bool) -> Non
 
 
 def _special(p: PodInfo | None) -> bool:
-    return p is not None and keys.GPU_FRACTION in p.annotations
+    """A GPU share: a fraction of GPUs, or a fraction a MIG instance serves (reservation accounting)."""
+    if p is None:
+        return False
+    return keys.GPU_FRACTION in p.annotations or p.annotations.get(keys.GPU_BACKEND_CHOSEN) == MIG_BACKEND
 
 
 def patch(

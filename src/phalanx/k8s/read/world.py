@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from phalanx.core.decisions import Bind
-from phalanx.core.model import GpuRequest, Node, Workload
+from phalanx.core.model import MIG_BACKEND, GpuRequest, Node, Workload
 from phalanx.core.queues import QueueTree
 from phalanx.core.snapshot import Snapshot
 from phalanx.k8s import keys
@@ -547,12 +547,18 @@ def serve(snap: Snapshot, now: float) -> None:
 
 
 def _share_slots(p: PodInfo) -> list[Slot]:
-    """The (node, GPU index) pairs a share of ours is bound or planned to."""
+    """The slots a share of ours is bound or planned to: (node, GPU index) pairs, or its MIG
+    instance (node, GPU index, "profile@start") for a fraction a MIG instance serves."""
     target = p.node or p.intent
-    if not target or keys.GPU_FRACTION not in p.annotations:
+    notes = p.annotations
+    if not target:
         return []
-    text = p.annotations.get(keys.GPU_DEVICES, "")
-    return [(target, int(x)) for x in text.split(",") if x.strip().isdigit()]
+    gpus = [int(x) for x in notes.get(keys.GPU_DEVICES, "").split(",") if x.strip().isdigit()]
+    if notes.get(keys.GPU_BACKEND_CHOSEN) == MIG_BACKEND and notes.get(keys.MIG_SLICE):
+        return [(target, gpus[0], notes[keys.MIG_SLICE])] if len(gpus) == 1 else []
+    if keys.GPU_FRACTION not in notes:
+        return []
+    return [(target, g) for g in gpus]
 
 
 def _reservations(

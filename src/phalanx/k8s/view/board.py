@@ -214,7 +214,7 @@ def _nodes(
     details (its GPUs' holders, its pods) go into `details`."""
     s = world.snapshot
     c = s.cluster
-    reserved = {(n, idx) for (n, idx) in world.reservations}
+    reserved = {(slot[0], slot[1]) for slot in world.reservations}  # a GPU, or one of its MIG instances
     nodes: list[dict[str, Any]] = []
     pools: dict[str, dict[str, float]] = {}
     for i, n in enumerate(s.nodes):
