@@ -304,3 +304,15 @@ def test_the_plugin_corrects_a_pods_slice_to_the_device_kubelet_gave_it() -> Non
     pods[0]["metadata"]["annotations"].update(noted["a"])
     pods[1]["metadata"]["annotations"].update(noted["b"])
     assert reconcile(source, inv, got) == []  # agreed: nothing to write
+
+
+def test_the_node_side_and_the_adapter_agree_on_the_keys() -> None:
+    from phalanx.k8s import keys
+    from phalanx.node import deviceplugin, migplugin
+
+    assert (deviceplugin.GPU_DEVICES, migplugin.MIG_SLICE, migplugin.MIG_PREFIX) == (
+        keys.GPU_DEVICES,
+        keys.MIG_SLICE,
+        keys.MIG_PREFIX,
+    )
+    assert (mig_layout.LAYOUT, mig_layout.STATUS) == (keys.MIG_LAYOUT, keys.MIG_LAYOUT_STATUS)

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.node import nvml, podresources, topology
-from phalanx.node.deviceplugin import GPU_ALLOCATED, Plugin, PodSource
+from phalanx.node.deviceplugin import GPU_ALLOCATED, GPU_DEVICES, Plugin, PodSource
 
 log = logging.getLogger("phalanx.node")
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_SLICE = "phalanx.io/mig-slice"
-GPU_DEVICES = "phalanx.io/gpu-devices"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -75,26 +76,27 @@ def gpus(nv: ModuleType) -> list[GpuInfo]:
     return out
 
 
-def _mig_instances(nv: ModuleType, h: Any) -> list[str]:
-    """Existing GPU instances as `profile@start` (profiles named as nvidia-smi names them)."""
-    out: list[str] = []
+def _mig_handles(nv: ModuleType, h: Any) -> Iterator[tuple[Any, str]]:
+    """The GPU's MIG devices: each one's handle and `profile@start` (profiles named as nvidia-smi
+    names them); one NVML does not answer for is skipped."""
     try:
         count = nv.nvmlDeviceGetMaxMigDeviceCount(h)
     except Exception:
-        return out
+        return
     for k in range(count):
         try:
             m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
-        except Exception:
-            continue
-        try:
             name = _text(nv.nvmlDeviceGetName(m))  # "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
             gi = nv.nvmlDeviceGetGpuInstanceById(h, nv.nvmlDeviceGetGpuInstanceId(m))
             start = int(nv.nvmlGpuInstanceGetInfo(gi).placement.start)
         except Exception:
             continue
-        out.append(f"{name.rsplit(' ', 1)[-1]}@{start}")
-    return out
+        yield m, f"{name.rsplit(' ', 1)[-1]}@{start}"
+
+
+def _mig_instances(nv: ModuleType, h: Any) -> list[str]:
+    """Existing GPU instances as `profile@start`."""
+    return [where for _, where in _mig_handles(nv, h)]
 
 
 def _nvlink_peers(nv: ModuleType, h: Any) -> list[str]:
@@ -126,18 +128,9 @@ class MigDevice:
 
 def mig_devices(nv: ModuleType, gpu: GpuInfo) -> list[MigDevice]:
     """The MIG devices of a MIG-enabled GPU, with their UUIDs and whether a process runs on each."""
-    h = nv.nvmlDeviceGetHandleByIndex(gpu.index)
     out: list[MigDevice] = []
-    try:
-        count = nv.nvmlDeviceGetMaxMigDeviceCount(h)
-    except Exception:
-        return out
-    for k in range(count):
+    for m, where in _mig_handles(nv, nv.nvmlDeviceGetHandleByIndex(gpu.index)):
         try:
-            m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
-            name = _text(nv.nvmlDeviceGetName(m))
-            gi = nv.nvmlDeviceGetGpuInstanceById(h, nv.nvmlDeviceGetGpuInstanceId(m))
-            start = int(nv.nvmlGpuInstanceGetInfo(gi).placement.start)
             uuid = _text(nv.nvmlDeviceGetUUID(m))
         except Exception:
             continue
@@ -145,7 +138,7 @@ def mig_devices(nv: ModuleType, gpu: GpuInfo) -> list[MigDevice]:
             busy = bool(nv.nvmlDeviceGetComputeRunningProcesses(m))
         except Exception:  # not answered: count it as busy, so that it is never cut
             busy = True
-        out.append(MigDevice(gpu.index, f"{name.rsplit(' ', 1)[-1]}@{start}", uuid, busy))
+        out.append(MigDevice(gpu.index, where, uuid, busy))
     return out
 
 

@@ -24,13 +24,12 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 
 from phalanx.core.errors import SpecError
 from phalanx.node import nvml
+from phalanx.node.deviceplugin import GPU_ALLOCATED, GPU_DEVICES
+from phalanx.node.migplugin import MIG_SLICE
 from phalanx.spec import mig_layout
 from phalanx.spec.mig_layout import Answer, Want
 
 log = logging.getLogger("phalanx.node")
-GPU_DEVICES = "phalanx.io/gpu-devices"
-GPU_ALLOCATED = "phalanx.io/gpu-allocated"
-MIG_SLICE = "phalanx.io/mig-slice"
 ENDED = ("Succeeded", "Failed")
 
 
