@@ -296,3 +296,109 @@ def test_a_share_served_by_mps_gets_the_mps_clients_env(kube: Kube, webhook: Web
         for n in ("m1", "t1"):
             kube.force_delete_pod(n)
         wait_for("the reservation pods removed", lambda: not _reservations(kube), timeout=30)
+
+
+MIG_GPU = "GPU-3c1e0000-1111-2222-3333-00000000abcd"
+
+
+def _mig_uuid(slice_: str) -> str:
+    """The MIG device's UUID as the fake NVML names it (`MIG-<gpu>-<profile>-<start>`)."""
+    profile, _, start = slice_.partition("@")
+    return f"MIG-{MIG_GPU.removeprefix('GPU-')}-{profile}-{start}"
+
+
+def _play_mig_node(kube: Kube, name: str, tmp_path: Path) -> str:
+    """What a MIG node does for a MIG reservation pod: its MIG device plugin hands it the chosen
+    instance (NVIDIA_VISIBLE_DEVICES names that MIG device), `phalanx node reserve --mig` reports it."""
+    notes = kube.pods(NS)[name]["metadata"]["annotations"]
+    assert notes[keys.GPU_DEVICES] == "0"
+    uuid = _mig_uuid(notes[keys.MIG_SLICE])
+    f = tmp_path / "mig-nvml.json"
+    gpu = {"uuid": MIG_GPU, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "bus_id": "0000:05:00.0"}
+    f.write_text(json.dumps({"gpus": [{**gpu, "mig": True, "mig_instances": [notes[keys.MIG_SLICE]]}]}))
+    env = {
+        **os.environ,
+        "PHALANX_FAKE_NVML": str(f),
+        "NVIDIA_VISIBLE_DEVICES": uuid,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path]),
+    }
+    args = ["node", "reserve", "--mig", "--pod", f"{NS}/{name}", "--kubeconfig", str(kube.cp.kubeconfig)]
+    res = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", *args, "--nvml-module", "fake_nvml", "--once"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    kube.run_pod(name, NS)
+    return uuid
+
+
+def test_a_fraction_served_by_mig_gets_its_instance_reserved(
+    kube: Kube, webhook: Webhook, tmp_path: Path
+) -> None:
+    """Two 0.1 fractions that ask MIG on a MIG node: one reservation pod each asks
+    nvidia.com/mig-1g.10gb for its chosen instance, the shares' ConfigMaps name the MIG devices; a
+    share whose reservation pod is killed is evicted, and a reservation no share uses is deleted."""
+    kube.api.create(
+        "nodes",
+        node(
+            "n0",
+            gpus=0,
+            labels={"nvidia.com/gpu.count": "1", "nvidia.com/mig.config": "all-1g.10gb"},
+            extra={"nvidia.com/mig-1g.10gb": "7"},
+        ),
+    )
+    with running(kube, gpu_shares="reservation"):
+        for n in ("f1", "f2"):
+            made = kube.create(pod(n, annotations={"gpu-fraction": "0.1", keys.GPU_BACKEND: "mig"}))
+            assert keys.GPU_CONFIGMAP in made["metadata"]["annotations"]  # admitted by the webhook
+        wait_for("two reservation pods", lambda: len(_reservations(kube)) == 2, timeout=30)
+        held = _reservations(kube)
+        slices = set()
+        for name, p in held.items():
+            notes = p["metadata"]["annotations"]
+            slices.add(notes[keys.MIG_SLICE])
+            assert name == f"phalanx-gpu-n0-0-{notes[keys.MIG_SLICE].replace('@', '-')}"
+            box = p["spec"]["containers"][0]
+            assert box["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+            assert "nvidia.com/gpu" not in box["resources"]["limits"] and "--mig" in box["args"]
+        assert len(slices) == 2 and all(s.startswith("1g.10gb@") for s in slices)
+        time.sleep(1.0)  # nothing is bound while the MIG devices are not reported
+        assert kube.node_of("f1") == "" and kube.node_of("f2") == ""
+        uuids = {_play_mig_node(kube, name, tmp_path) for name in held}
+        wait_for("both bound", lambda: kube.node_of("f1") == "n0" and kube.node_of("f2") == "n0", timeout=40)
+        pods = kube.pods()
+        for n in ("f1", "f2"):
+            notes = pods[n]["metadata"]["annotations"]
+            assert notes[keys.GPU_BACKEND_CHOSEN] == "mig" and notes[keys.MIG_SLICE] in slices
+            cm = kube.get(CONFIG_MAPS, notes[keys.GPU_CONFIGMAP], "default")
+            assert cm is not None
+            assert cm["data"] == {
+                "NVIDIA_VISIBLE_DEVICES": _mig_uuid(notes[keys.MIG_SLICE]),
+                "PHALANX_GPU_BACKEND": "mig",
+                "PHALANX_MIG_SLICE": notes[keys.MIG_SLICE],
+            }
+        assert {_mig_uuid(pods[n]["metadata"]["annotations"][keys.MIG_SLICE]) for n in ("f1", "f2")} == uuids
+        wait_for(
+            "the Event that says the instance",
+            lambda: any(
+                r == "GPUBackendChosen" and "GPU share served by MIG instance 1g.10gb@" in msg
+                for r, msg in kube.events("f1")
+            ),
+            timeout=20,
+        )
+        # f1's reservation pod is killed: f1 is evicted (it holds no MIG device any more)
+        f1_slice = pods["f1"]["metadata"]["annotations"][keys.MIG_SLICE]
+        kube.force_delete_pod(f"phalanx-gpu-n0-0-{f1_slice.replace('@', '-')}", NS)
+
+        def evicted() -> bool:
+            p = kube.api.get_pod("default", "f1")
+            return p is None or bool(p["metadata"].get("deletionTimestamp"))
+
+        wait_for("f1 evicted", evicted, timeout=30)
+        assert kube.node_of("f2") == "n0" and len(_reservations(kube)) == 1
+        kube.force_delete_pod("f1")
+        kube.force_delete_pod("f2")
+        wait_for("the reservation pod removed", lambda: not _reservations(kube), timeout=30)
