@@ -92,8 +92,9 @@ DataCacheMode = Annotated[
         help="Time replay: input I/O model (runtime.yaml io:): none (read remote every epoch), "
         "first-use (node cache, filled when a job starts), ahead (also staged before the job, where "
         "the forecast places it), warm (a slow dataset copied to every node's free cache when its first "
-        "job arrives), all (none, first-use and ahead, side by side), or off (the static cache "
-        "factor of runtime.yaml only)."
+        "job arrives), distributed (striped over a cache group, fetched once for it: io.distributed), "
+        "all (none, first-use and ahead, side by side), copies-vs-distributed (first-use and "
+        "distributed), or off (the static cache factor of runtime.yaml only)."
     ),
 ]
 CaptureFile = Annotated[

@@ -367,7 +367,9 @@ DATA_CACHE_MODES = {
     "first-use": ["first-use"],
     "ahead": ["ahead"],
     "warm": ["warm"],
+    "distributed": ["distributed"],
     "all": ["none", "first-use", "ahead"],
+    "copies-vs-distributed": ["first-use", "distributed"],
 }
 
 
@@ -445,6 +447,8 @@ REPLAY_IO = {
     "io_wait_avg_s": "avg input wait s",
     "io_warm_start_pct": "warm starts %",
     "io_staged_tb": "copied to caches TB",
+    "io_egress_tb": "from the source TB",
+    "io_egress_later_epochs_tb": "... in epochs 2+ TB",
 }
 
 

@@ -16,6 +16,13 @@ Three modes, as the node cache agent can run (`phalanx cache`):
   copy, every node copies it into free cache space (never evicting a cached dataset for it;
   after the copies `ahead` asked for): a dataset in use is kept warm where any of its jobs may
   start. No forecast: it costs copies (TB staged), not scheduling time.
+- `distributed`: each dataset striped over a cache group of nodes and fetched from the source once
+  for the group, then read from the members' NVMe over the network (`phalanx.sim.distcache`).
+
+In the per-node modes a node holds a whole copy or none (as the cache agent does): a job with a
+node that cannot hold one reads every epoch from the source. Egress (bytes from the source) is the
+copies plus such reads; a job that reads cold rather than wait for the copy is taken to fill the
+cache as it reads (read-through), so its first epoch's bytes are the copy's.
 
 The wait is added to the job's run time, and GPU time lost to it is recorded per job.
 """
@@ -27,13 +34,17 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from phalanx.core.forecast import RuntimeOf, estimated_runtime, forecast
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
+from phalanx.sim.distcache import CacheGroup, group_members
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.runtime import IoSpec
 
 _BATCH = re.compile(r"batch size (\d+)")
+MODES = ("none", "first-use", "ahead", "warm", "distributed")
 
 
 @dataclass
@@ -81,12 +92,19 @@ class DataCache:
     planned_right: int = 0  # ... on nodes that were all planned
     warmed: set[str] = field(default_factory=set)  # datasets `warm` has asked every node to copy
 
+    remote_bytes: float = 0.0  # read from the source past the cache (no cache, or no room in it)
+    later_epoch_bytes: float = 0.0  # ... of those, in a job's second and later epochs
+    group: CacheGroup | None = None  # `distributed`: the cache group
+    ready: np.ndarray | None = None  # `distributed`: the nodes up, as last seen
+
     def __post_init__(self) -> None:
-        if self.mode not in ("none", "first-use", "ahead", "warm"):
-            raise ValueError(f"unknown data-cache mode {self.mode!r} (none, first-use, ahead, warm)")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown data-cache mode {self.mode!r} ({', '.join(MODES)})")
 
     def attach(self, snap: Snapshot) -> None:
         self.nodes = [NodeCache(self.spec.capacity_gb * 1e9) for _ in snap.nodes]
+        if self.mode == "distributed":
+            self.group = CacheGroup(self.spec, group_members(snap.nodes, self.spec.distributed.group))
 
     # ------------------------------------------------------------------ the job's side
     def epochs(self, job: JobSpec) -> float:
@@ -116,11 +134,15 @@ class DataCache:
             self.planned_starts += 1
             self.planned_right += int(set(nodes) <= self.planned.pop(job.name))
         if self.mode == "none":
+            self._read_remote(size, epochs)
             return cold
+        if self.group is not None:
+            return self._start_group(snap, job.dataset, size, nodes, now, epochs, epoch_s, read, cold)
         missing = max(size - self.nodes[i].cached.get(job.dataset, 0.0) for i in nodes)
         self.warm_starts += int(missing <= 0)
         copy = missing * 8 / (sp.stage_gbps * 1e9)
         warm = epochs * max(0.0, shard * 8 / (sp.nvme_gbps * 1e9) - epoch_s)
+        fits = True
         for i in nodes:
             nc = self.nodes[i]
             nc.in_use[job.dataset] = nc.in_use.get(job.dataset, 0) + 1
@@ -130,12 +152,61 @@ class DataCache:
             if have < size and nc.make_room(size - have, job.dataset):
                 self.staged_bytes += size - have
                 nc.cached[job.dataset] = size
+            fits = fits and nc.cached.get(job.dataset, 0.0) >= size
             nc.touch(job.dataset)
             snap.set_cached(job.dataset, i, int(nc.cached.get(job.dataset, 0.0)))
-        return min(cold, copy + warm)  # wait for the copy, or start now and read cold
+        if not fits:  # a node cannot hold a whole copy (the agent's rule): every epoch from the source
+            self._read_remote(size, epochs)
+            return cold
+        # wait for the copy, or start now and read cold (read-through: those reads are the copy)
+        return min(cold, copy + warm)
+
+    def _start_group(
+        self,
+        snap: Snapshot,
+        ds: str,
+        size: float,
+        nodes: list[int],
+        now: float,
+        epochs: float,
+        epoch_s: float,
+        read: float,
+        cold: float,
+    ) -> float:
+        """`distributed`: the group fetches what it lacks once; the job reads from the members."""
+        assert self.group is not None
+        g = self.group
+        before = g.fetched_bytes
+        fetch = g.fetch(ds, size, now)
+        self.staged_bytes += g.fetched_bytes - before
+        self.warm_starts += int(fetch <= 0 and g.cached_fraction(ds, size) >= 1.0)
+        self._read_remote(size * (1.0 - g.cached_fraction(ds, size)), epochs)
+        self._publish(snap)
+        warm = epochs * max(0.0, g.epoch_read_s(ds, size, nodes, read / 8) - epoch_s)
+        return min(cold, fetch + warm)
+
+    def _read_remote(self, per_epoch: float, epochs: float) -> None:
+        """Bytes a job reads from the source past the cache: the first epoch's, and the later ones'."""
+        self.remote_bytes += per_epoch * epochs
+        self.later_epoch_bytes += per_epoch * max(0.0, epochs - 1.0)
+
+    def _publish(self, snap: Snapshot) -> None:
+        """The snapshot learns the group's bytes per node of the datasets that changed."""
+        assert self.group is not None
+        for ds in sorted(self.group.changed):
+            for i in self.group.members:
+                snap.set_cached(ds, i, int(self.group.stored_on(i, ds)))
+        self.group.changed.clear()
+
+    def egress_bytes(self) -> float:
+        """Everything fetched from the source: copies into caches and reads past them."""
+        return self.staged_bytes + self.remote_bytes
 
     def stop(self, job: JobSpec, nodes: list[int]) -> None:
         if not job.dataset or self.mode == "none":
+            return
+        if self.group is not None:
+            self.group.stop(job.dataset)
             return
         for i in nodes:
             nc = self.nodes[i]
@@ -159,6 +230,8 @@ class DataCache:
         """Staging ahead moves on: each node copies its queue in order at `stage_gbps`."""
         dt = now - self.last
         self.last = now
+        if self.group is not None:
+            self._members(snap)
         if dt <= 0 or self.mode not in ("ahead", "warm"):
             return
         rate = self.spec.stage_gbps * 1e9 / 8
@@ -181,6 +254,20 @@ class DataCache:
                     nc.queue.pop(0)
             if budget > 0 and nc.warm:
                 self._warm(snap, i, nc, budget)
+
+    def _members(self, snap: Snapshot) -> None:
+        """`distributed`: a node that went down is lost to the group with its NVMe; back, it rejoins."""
+        assert self.group is not None
+        ready = snap.cluster.node_ready
+        if self.ready is not None and np.array_equal(ready, self.ready):
+            return
+        for i in self.group.members:
+            if not ready[i]:
+                self.group.lose(i)
+            else:
+                self.group.rejoin(i)
+        self.ready = ready.copy()
+        self._publish(snap)
 
     def _warm(self, snap: Snapshot, i: int, nc: NodeCache, budget: float) -> float:
         """Copy `warm` datasets into free space only, in order; the budget left."""

@@ -197,6 +197,8 @@ class ReplayResult:
             "io_wait_gpu_s_per_job": lost / len(readers) if readers else math.nan,
             "io_warm_start_pct": 100.0 * d.warm_starts / d.starts if d.starts else math.nan,
             "io_staged_tb": d.staged_bytes / 1e12,
+            "io_egress_tb": d.egress_bytes() / 1e12,
+            "io_egress_later_epochs_tb": d.later_epoch_bytes / 1e12,
             "io_planned_right_pct": 100.0 * d.planned_right / d.planned_starts
             if d.planned_starts
             else math.nan,

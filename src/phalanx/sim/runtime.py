@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from phalanx.core.snapshot import Allocation, Snapshot
 from phalanx.spec.common import load_yaml, validate
@@ -32,6 +32,28 @@ class CacheSpec(BaseModel):
     epochs: float = Field(default=1.0, ge=0)
 
 
+class DistributedSpec(BaseModel):
+    """`--data-cache distributed` (`phalanx.sim.distcache`): datasets striped over a cache group."""
+
+    model_config = ConfigDict(extra="forbid")
+    group: str = "all"  # all, a count (the first N nodes by name), or a node label key=value
+    replicas: int = Field(default=1, ge=1)  # copies of each block, on different members
+    nic_gbps: float = Field(default=10.0, gt=0)  # a node's link to its peers, each way
+    source_gbps: float = Field(default=100.0, gt=0)  # the remote source, shared by the group's fetch
+
+    @field_validator("group", mode="before")
+    @classmethod
+    def _group(cls, v: object) -> str:
+        """A YAML count arrives as an int; anything else must read as one of the three forms."""
+        text = str(v).strip() if isinstance(v, int | str) and not isinstance(v, bool) else ""
+        if text == "all" or (text.isdigit() and int(text) > 0):
+            return text
+        key, eq, _ = text.partition("=")
+        if eq and key.strip():
+            return text
+        raise ValueError(f"must be all, a node count (16) or a node label key=value; got {v!r}")
+
+
 class IoSpec(BaseModel):
     """Input I/O for the dynamic data cache of the replay (`phalanx.sim.datacache`)."""
 
@@ -48,6 +70,7 @@ class IoSpec(BaseModel):
     min_copy_s: float = Field(default=10.0, ge=0)  # ... whose copy takes longer than this
     plan_steps: int = Field(default=50, ge=1)
     horizon_s: float = Field(default=3600.0, ge=0)  # ... that should start within this
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
 
 
 class SharingSpec(BaseModel):
