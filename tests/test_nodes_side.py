@@ -554,7 +554,7 @@ def test_pod_gets_exactly_the_gpus_phalanx_chose_and_keeps_them_over_a_kubelet_r
     clean(k)
     for n in k.nodes:
         out = logs(k, plugin_pod(k, n.name), SYS)
-        assert "registered nvidia.com/gpu with kubelet: 4 GPU(s)" in out, out
+        assert "registered nvidia.com/gpu with kubelet: 4 device(s)" in out, out
     # one GPU taken on PCIe switch 0: a 2-GPU pod goes to switch 1, GPUs {2, 3}
     k.kube.create(workload("one", gpus=1, node=a))
     one = running(k, "one")
