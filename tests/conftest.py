@@ -19,7 +19,12 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # the modules on real nodes (marker `nodes`) that start a kit cluster: one worker runs them all
-KIT_MODULES = ("test_nodes_deploy.py", "test_nodes_side.py", "test_e2e_mig_recut.py")
+KIT_MODULES = (
+    "test_nodes_deploy.py",
+    "test_nodes_side.py",
+    "test_e2e_mig_recut.py",
+    "test_e2e_mig_shares.py",
+)
 
 
 def _group(nodeid: str) -> str:
