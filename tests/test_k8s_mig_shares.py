@@ -203,6 +203,11 @@ def _reservation(slot: str, gpu: int = 0) -> dict[str, Any]:
     return p
 
 
+def _mask(w: Any, start: int) -> int:
+    at = Bind("x", "", "n1", (0,), mig=MigSlice("1g.10gb", start))
+    return int(w.snapshot.assignment_of(at).mig_mask)
+
+
 def test_the_world_keys_a_mig_reservation_by_its_instance():
     share, held = _bound_mig_share(), _reservation("1g.10gb@3")
     w = build_world([_mig_node()], [share, held], [], [], CFG, now=100.0)
@@ -210,9 +215,12 @@ def test_the_world_keys_a_mig_reservation_by_its_instance():
     assert not w.idle_reservations and not w.orphan_shares
     a = w.snapshot.allocations["default/f"]
     assert a.devices.mig == MigSlice("1g.10gb", 3)  # the share holds the instance, counted once
-    # a second reservation on the same GPU, at another instance, is idle: deleted by the executor
+    assert int(w.snapshot.cluster.mig_used[0, 0]) == _mask(w, 3)
+    # a second reservation on the same GPU, at another instance, is idle: deleted by the executor,
+    # and until then its instance is held (no pod asking the slice is placed there)
     w = build_world([_mig_node()], [share, held, _reservation("1g.10gb@4")], [], [], CFG, now=100.0)
     assert w.idle_reservations == [("n1", 0, "1g.10gb@4")]
+    assert int(w.snapshot.cluster.mig_used[0, 0]) == _mask(w, 3) | _mask(w, 4)
     # the reservation gone: the share is evicted
     w = build_world([_mig_node()], [share], [], [], CFG, now=100.0)
     assert w.orphan_shares == {"default/f": ("n1", 0, "1g.10gb@3")}

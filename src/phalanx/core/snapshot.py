@@ -177,6 +177,7 @@ class ForeignUsage:
     gpu_milli: int = 1000
     owner: str = ""  # who holds it (a pod), for explanations
     ends: float | None = None  # going away (a pod terminating): gone by then at the latest
+    mig: MigSlice | None = None  # a MIG instance on gpus[0] (a reservation pod holding it), not milli
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,12 +558,15 @@ class Snapshot:
         """Count capacity used by pods of other schedulers."""
         i = self.node_index(usage.node)
         c = self.cluster
-        positions = tuple(j for j, g in enumerate(self.nodes[i].gpus) if g.index in usage.gpus)
-        mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
-        devices = DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems)
+        if usage.mig is not None:
+            devices = self.assignment_of(Bind(usage.owner, "", usage.node, usage.gpus[:1], mig=usage.mig))
+        else:
+            positions = tuple(j for j, g in enumerate(self.nodes[i].gpus) if g.index in usage.gpus)
+            mems = tuple(int(c.gpu_mem_cap[i, j] * usage.gpu_milli // 1000) for j in positions)
+            devices = DeviceAssignment(gpus=positions, milli=usage.gpu_milli, gpu_memory_mib=mems)
         c.take(i, usage.cpu_milli, usage.memory_mib, devices)
         self.touched.add(i)
-        self.foreign_gpu_milli += usage.gpu_milli * len(positions)
+        self.foreign_gpu_milli += devices.milli * len(devices.gpus)
         lv = None
         if usage.ends is not None:
             lv = Leaving(usage.owner, i, usage.cpu_milli, usage.memory_mib, devices, usage.ends)

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from phalanx.core.cluster import MigSlice
 from phalanx.core.decisions import Bind
 from phalanx.core.devices import default_assignment
 from phalanx.core.errors import SpecError
 from phalanx.core.feasibility import find_candidates
 from phalanx.core.model import MILLI, GpuKind, Workload
 from phalanx.core.snapshot import Allocation, ForeignUsage, Snapshot
+from phalanx.k8s import keys
 from phalanx.k8s.read.devices import decode
 from phalanx.k8s.read.pods import PodInfo
 from phalanx.plugins.order import LasOrder
@@ -248,10 +250,16 @@ def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
 
 
 def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: float | None = None) -> None:
-    """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free."""
+    """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free;
+    a MIG instance where its annotations name one that is free (a reservation pod holding it)."""
     i = snap.node_index(p.node)
     c = snap.cluster
     g = p.request.gpu
+    mig = _named_slice(snap, p) if g.kind is GpuKind.MIG else None
+    if mig is not None:
+        cpu, mem = min(p.request.cpu_milli, int(c.cpu_free[i])), min(p.request.memory_mib, int(c.mem_free[i]))
+        snap.add_foreign(ForeignUsage(p.node, cpu, mem, (mig[0],), 0, p.key, ends, mig=mig[1]))
+        return
     want = g.devices if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION, GpuKind.MEMORY) else 0
     milli = g.milli if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION) else MILLI
     free = [j for j in range(int(c.gpu_count[i])) if c.gpu_milli_free[i, j] >= milli]
@@ -261,3 +269,22 @@ def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: flo
     cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
     mem = min(p.request.memory_mib, int(c.mem_free[i]))
     snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI, p.key, ends))
+
+
+def _named_slice(snap: Snapshot, p: PodInfo) -> tuple[int, MigSlice] | None:
+    """The MIG instance a pod's `phalanx.io/mig-slice` and `phalanx.io/gpu-devices` name, of the
+    profile it asks, if it is free on its node (one taken already is not counted twice)."""
+    notes = p.annotations
+    prof, _, start = str(notes.get(keys.MIG_SLICE, "")).partition("@")
+    gpu = str(notes.get(keys.GPU_DEVICES, "")).strip()
+    if prof != p.request.gpu.mig_profile or not start.isdigit() or not gpu.isdigit():
+        return None
+    mig = MigSlice(prof, int(start))
+    try:
+        a = snap.assignment_of(Bind(p.key, "", p.node, (int(gpu),), mig=mig))
+    except SpecError:  # no such GPU, or none with that profile
+        return None
+    i = snap.node_index(p.node)
+    if not snap.nodes[i].gpus[a.gpus[0]].mig_enabled or snap.cluster.mig_used[i, a.gpus[0]] & a.mig_mask:
+        return None
+    return int(gpu), mig
