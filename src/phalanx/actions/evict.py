@@ -34,6 +34,10 @@ class Guards:
     checkpoint_window: float = 0.0
     repeat_window: float = 0.0
     budget: Budget = NO_BUDGET  # evictions an hour, per queue and cluster (`phalanx.actions.budget`)
+    # seconds of its GPUs a restart costs a victim that does not say (`Workload.restart_s`): counted
+    # with its lost work in the victim order, so that of two victims that lose the same work, the
+    # one with fewer GPUs to restart goes first (0: restarts are free, as before)
+    restart_s: float = 0.0
 
 
 NO_GUARDS = Guards()
@@ -48,6 +52,12 @@ class Victim:
     lost_work: float  # GPU-seconds since the last checkpoint
     shrink: bool  # only tasks beyond min_available (the workload keeps running)
     started: float = 0.0  # when the workload's run began
+    restart: float = 0.0  # GPU-seconds its restart costs (`Guards.restart_s`)
+
+    @property
+    def cost(self) -> float:
+        """What evicting it costs: the work lost and the restart, in GPU-seconds."""
+        return self.lost_work + self.restart
 
     @property
     def name(self) -> str:
@@ -105,6 +115,20 @@ def repeated_until(session: Session, entry: WorkloadEntry, shape: object, window
     return at + window if at is not None and session.clock < at + window else None
 
 
+def _gpus(a: Allocation) -> float:
+    return (
+        len(a.devices.gpus) * a.devices.milli / 1000 if a.devices.mig is None else a.devices.mig_compute / 7
+    )
+
+
+def restart_cost(entry: WorkloadEntry, allocs: tuple[Allocation, ...], default_s: float) -> float:
+    """GPU-seconds the evicted tasks' restart costs: the workload's own restart time, else the
+    action's default, times their GPUs."""
+    own = entry.workload.restart_s
+    seconds = own if own is not None else default_s
+    return seconds * sum(max(_gpus(a), 0.001) for a in allocs) if seconds > 0 else 0.0
+
+
 def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, ...]) -> float:
     """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown).
 
@@ -124,12 +148,7 @@ def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, 
         else:
             since = a.since
             last = since + math.floor((now - since) / interval) * interval if interval > 0 else since
-        gpus = (
-            len(a.devices.gpus) * a.devices.milli / 1000
-            if a.devices.mig is None
-            else a.devices.mig_compute / 7
-        )
-        total += max(gpus, 0.001) * max(0.0, now - last)
+        total += max(_gpus(a), 0.001) * max(0.0, now - last)
     return total
 
 
@@ -150,7 +169,7 @@ def victims(
     """
     running = session.snapshot.running
     names = set(queues) if queues is not None else set(_running_by_queue(session))
-    lists = [queue_victims(session, q, min_runtime) for q in sorted(names)]
+    lists = [queue_victims(session, q, min_runtime, guards.restart_s) for q in sorted(names)]
     pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
     window, repeat, now = guards.checkpoint_window, guards.repeat_window, session.clock
     budget = guards.budget
@@ -173,7 +192,7 @@ def victims(
 
 
 def victim_order(v: Victim) -> tuple[object, ...]:
-    return (not v.shrink, v.lost_work, v.entry.workload.priority, -v.started, v.name)
+    return (not v.shrink, v.cost, v.entry.workload.priority, -v.started, v.name)
 
 
 def peek(victims: Iterator[Victim]) -> Iterator[Victim] | None:
@@ -216,13 +235,13 @@ def lowest_priority(session: Session, queue: str, preemptible_only: bool = True)
     return cached  # type: ignore[return-value]
 
 
-def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Victim]:
+def queue_victims(session: Session, queue: str, min_runtime: float, restart_s: float = 0.0) -> list[Victim]:
     """A queue's evictable units in victim order, worked out once per cycle.
 
     Kept for the cycle: the clock does not move within it, workloads placed during it are too
     new to evict, and `evict_for` skips allocations that have changed since.
     """
-    key = ("victims", min_runtime, queue)
+    key = ("victims", min_runtime, queue, restart_s)
     cached = session.memo.get(key)
     if cached is not None:
         return cached  # type: ignore[return-value]
@@ -239,9 +258,11 @@ def queue_victims(session: Session, queue: str, min_runtime: float) -> list[Vict
         extra = len(bound) - w.gang_size
         if extra > 0 and not (w.preempt_whole or w.subgroups):  # those go whole or not at all
             allocs = tuple(bound[:extra])
-            out.append(Victim(entry, allocs, lost_work(session, entry, allocs), True, started))
+            cost = restart_cost(entry, allocs, restart_s)
+            out.append(Victim(entry, allocs, lost_work(session, entry, allocs), True, started, cost))
         allocs = tuple(bound)
-        out.append(Victim(entry, allocs, lost_work(session, entry, allocs), False, started))
+        cost = restart_cost(entry, allocs, restart_s)
+        out.append(Victim(entry, allocs, lost_work(session, entry, allocs), False, started, cost))
     out.sort(key=victim_order)
     session.memo[key] = out
     return out
@@ -273,9 +294,9 @@ def by_node(session: Session, tasks: list[Task], candidates: Iterable[Victim]) -
                 continue
             have += sum(len(a.devices.gpus) for a in v.allocs if a.node == n and a.devices.milli >= 1000)
             take = [*take, v]
-            state[n] = (have, cost + v.lost_work, take)
+            state[n] = (have, cost + v.cost, take)
             if have >= need:
-                done.append((cost + v.lost_work, n, take))
+                done.append((cost + v.cost, n, take))
         if len(done) >= want:
             break
     done.sort(key=lambda r: (r[0], r[1]))

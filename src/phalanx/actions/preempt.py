@@ -44,10 +44,11 @@ class Preempt:
         checkpoint_window: float = 0.0,
         repeat_window: float = 0.0,
         budget: dict[str, object] | None = None,
+        restart_s: float = 0.0,
     ) -> None:
-        if checkpoint_window < 0 or repeat_window < 0:
-            raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
-        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget))
+        if checkpoint_window < 0 or repeat_window < 0 or not 0 <= restart_s < float("inf"):
+            raise ValueError("checkpoint_window, repeat_window and restart_s must be >= 0 s")
+        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget), restart_s)
         if by not in ("priority", "order"):
             raise ValueError("by must be 'priority' or 'order'")
         if order_victims not in ("any", "checkpointed"):

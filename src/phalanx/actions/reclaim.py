@@ -51,14 +51,15 @@ class Reclaim:
         checkpoint_window: float = 0.0,
         repeat_window: float = 0.0,
         budget: dict[str, object] | None = None,
+        restart_s: float = 0.0,
         margin: float = 0.0,
     ) -> None:
-        if checkpoint_window < 0 or repeat_window < 0:
-            raise ValueError("checkpoint_window and repeat_window must be >= 0 s")
+        if checkpoint_window < 0 or repeat_window < 0 or not 0 <= restart_s < float("inf"):
+            raise ValueError("checkpoint_window, repeat_window and restart_s must be >= 0 s")
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be a fraction of what a queue is owed in [0, 1), got {margin!r}")
         self.margin = margin
-        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget))
+        self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget), restart_s)
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
         self.min_runtime = min_runtime

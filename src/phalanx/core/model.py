@@ -424,6 +424,9 @@ class Workload:
     # when it last reported a checkpoint (snapshot clock; None: never, or not reported): the phase
     # of its checkpoint clock, which otherwise counts from when its last task was bound
     last_checkpoint: float | None = None
+    # seconds of its GPUs an eviction costs it to start again (rendezvous, image, data loader,
+    # NCCL init); None: the evicting action's default (its `restart_s`)
+    restart_s: float | None = None
     # expected run time, for backfilling onto reserved capacity and shortest-remaining-first
     estimated_runtime: float | None = None
     # admitted by another system that owns its quota (Kueue): quota admission does not apply
@@ -460,6 +463,8 @@ class Workload:
             raise SpecError("creation_time", "creation time must be a number")
         if not self.checkpoint_interval >= 0:
             raise SpecError("checkpoint_interval", f"must be >= 0 seconds, got {self.checkpoint_interval}")
+        if self.restart_s is not None and not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise SpecError("restart_s", f"must be a finite number of seconds >= 0, got {self.restart_s}")
         if self.last_checkpoint is not None and not math.isfinite(self.last_checkpoint):
             raise SpecError("last_checkpoint", f"must be a time, got {self.last_checkpoint}")
         if self.estimated_runtime is not None and not self.estimated_runtime > 0:

@@ -50,6 +50,7 @@ POD_GROUP = "phalanx.io/pod-group"
 MIN_AVAILABLE = "phalanx.io/min-available"
 PREEMPTIBLE = "phalanx.io/preemptible"
 CHECKPOINT_INTERVAL = "phalanx.io/checkpoint-interval"
+RESTART_SECONDS = "phalanx.io/restart-seconds"  # pod annotation: what an eviction costs it to restart
 LAST_CHECKPOINT = "phalanx.io/last-checkpoint"  # pod annotation, RFC 3339: written by the job
 ESTIMATED_RUNTIME = "phalanx.io/estimated-runtime"
 DATASET = "phalanx.io/dataset"

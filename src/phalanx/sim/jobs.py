@@ -154,6 +154,7 @@ class JobSpec:
                 self.checkpoint_interval if self.checkpoint_interval is not None else checkpoint_interval
             ),
             estimated_runtime=estimated_runtime,
+            restart_s=self.restart_s,
         )
 
 

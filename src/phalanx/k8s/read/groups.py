@@ -16,6 +16,7 @@ members than its minimum (pods still being created, say) waits for them (`Group.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -519,6 +520,7 @@ def workload_of(g: Group, queue: str) -> Workload:
         or _seconds(notes.get(keys.CHECKPOINT_INTERVAL), f"{where}: {keys.CHECKPOINT_INTERVAL}")
         or 0.0,
         last_checkpoint=last_checkpoint(g.pods),
+        restart_s=_seconds(notes.get(keys.RESTART_SECONDS), f"{where}: {keys.RESTART_SECONDS}", zero=True),
         estimated_runtime=g.estimated_runtime
         or _seconds(notes.get(keys.ESTIMATED_RUNTIME), f"{where}: {keys.ESTIMATED_RUNTIME}"),
         quota_exempt=g.exempt,
@@ -569,13 +571,14 @@ def _instant(text: str) -> float | None:
     return rfc3339(text.strip().replace("z", "+00:00"), offset_required=True)
 
 
-def _seconds(text: str | None, where: str) -> float | None:
+def _seconds(text: str | None, where: str, zero: bool = False) -> float | None:
+    """Seconds from an annotation (`90` or `90s`); above 0, or also 0 with `zero`."""
     if text is None:
         return None
     try:
         v = float(text.rstrip("s"))
     except ValueError:
         raise SpecError(where, f"expected seconds, got {text!r}") from None
-    if not v > 0:
-        raise SpecError(where, f"must be > 0 seconds, got {text!r}")
+    if not (v > 0 or (zero and v == 0)) or not math.isfinite(v):
+        raise SpecError(where, f"must be {'>=' if zero else '>'} 0 seconds, got {text!r}")
     return v
