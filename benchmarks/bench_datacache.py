@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from phalanx.profiles import load_profile
 from phalanx.sim.datacache import DataCache, dataset_sizes
@@ -64,27 +66,42 @@ def main() -> None:
         "staged (TB) | staged ahead on the nodes the gang got | avg JCT (s) | replay (s) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for mode in args.modes.split(","):
+
+    def row(mode: str, s: dict[str, Any], took: float) -> str:
+        return (
+            f"| {mode} | {s['io_wait_gpu_h']:,.1f} | {s['io_wait_gpu_s_per_job']:,.1f} | "
+            f"{s['io_wait_avg_s']:,.1f} | "
+            f"{s['io_warm_start_pct']:.1f} % | {s['io_staged_tb']:.2f} | {s['io_planned_right_pct']:.0f} % | "
+            f"{s['avg_jct_s']:,.0f} | {took:.0f} |"
+        )
+
+    replay_modes(nodes, js, levels, spec, sizes, args.modes.split(","), args.profile, row)
+
+
+def replay_modes(
+    nodes: Any,
+    js: Any,
+    levels: Any,
+    spec: Any,
+    sizes: dict[str, float],
+    modes: list[str],
+    profile: str,
+    row: Callable[[str, dict[str, Any], float], str],
+) -> None:
+    """Replay the same jobs once per data-cache mode, printing `row` of each summary as it ends."""
+    for mode in modes:
         data = DataCache(spec.io, sizes, mode)
         t = time.perf_counter()
         res = replay(
             nodes,
             js,
-            load_profile(args.profile),
+            load_profile(profile),
             topology_levels=levels,
             runtime=RuntimeModel(spec),
             datasets={k: int(v) for k, v in sizes.items()},
             data_cache=data,
         )
-        s = res.summary()
-        print(
-            f"| {mode} | {s['io_wait_gpu_h']:,.1f} | {s['io_wait_gpu_s_per_job']:,.1f} | "
-            f"{s['io_wait_avg_s']:,.1f} | "
-            f"{s['io_warm_start_pct']:.1f} % | {s['io_staged_tb']:.2f} | {s['io_planned_right_pct']:.0f} % | "
-            f"{s['avg_jct_s']:,.0f} | "
-            f"{time.perf_counter() - t:.0f} |",
-            flush=True,
-        )
+        print(row(mode, res.summary(), time.perf_counter() - t), flush=True)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import time
+from typing import Any
 
 from bench_datacache import jobs as gavel_jobs
-from phalanx.profiles import load_profile
-from phalanx.sim.datacache import DataCache, dataset_sizes
+from bench_datacache import replay_modes
+from phalanx.sim.datacache import dataset_sizes
 from phalanx.sim.jobs import JobSpec
-from phalanx.sim.replay import replay
-from phalanx.sim.runtime import IoSpec, RuntimeModel, default_runtime
+from phalanx.sim.runtime import IoSpec, default_runtime
 from phalanx.sim.traces import gavel
 
 
@@ -77,26 +76,16 @@ def main() -> None:
         "... in epochs 2+ (TB) | copied into caches (TB) | avg JCT (s) | replay (s) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for mode in args.modes.split(","):
-        data = DataCache(spec.io, sizes, mode)
-        t = time.perf_counter()
-        res = replay(
-            nodes,
-            js,
-            load_profile(args.profile),
-            topology_levels=levels,
-            runtime=RuntimeModel(spec),
-            datasets={k: int(v) for k, v in sizes.items()},
-            data_cache=data,
-        )
-        s = res.summary()
-        print(
+
+    def row(mode: str, s: dict[str, Any], took: float) -> str:
+        return (
             f"| {mode} | {s['io_wait_gpu_h']:,.1f} | {s['io_wait_avg_s']:,.1f} | "
             f"{s['io_warm_start_pct']:.1f} % | {s['io_egress_tb']:,.1f} | "
             f"{s['io_egress_later_epochs_tb']:,.1f} | {s['io_staged_tb']:,.1f} | {s['avg_jct_s']:,.0f} | "
-            f"{time.perf_counter() - t:.0f} |",
-            flush=True,
+            f"{took:.0f} |"
         )
+
+    replay_modes(nodes, js, levels, spec, sizes, args.modes.split(","), args.profile, row)
 
 
 if __name__ == "__main__":

@@ -56,11 +56,14 @@ order:
 """
 
 
-def _pod(name: str, profile: str) -> dict[str, Any]:
+def busybox_pod(
+    name: str, ns: str, limits: dict[str, str], notes: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod for Phalanx that says which devices it got, then holds them until deleted."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns, "annotations": dict(notes or {})},
         "spec": {
             "schedulerName": "phalanx",
             "restartPolicy": "Never",
@@ -72,13 +75,15 @@ def _pod(name: str, profile: str) -> dict[str, Any]:
                     "image": BUSYBOX,
                     "imagePullPolicy": "Never",
                     "command": ["sh", "-c", HOLD],
-                    "resources": {
-                        "limits": {f"nvidia.com/mig-{profile}": "1", "cpu": "10m", "memory": "32Mi"}
-                    },
+                    "resources": {"limits": {**limits, "cpu": "10m", "memory": "32Mi"}},
                 }
             ],
         },
     }
+
+
+def _pod(name: str, profile: str) -> dict[str, Any]:
+    return busybox_pod(name, NS, {f"nvidia.com/mig-{profile}": "1"})
 
 
 class NodeSide:

@@ -30,7 +30,7 @@ from phalanx.k8s import keys
 from phalanx.k8s.admission.mutation import mutate
 from phalanx.k8s.client.kinds import NODES, PODS
 from phalanx.k8s.config import AdapterConfig
-from test_e2e_mig_recut import BUSYBOX, HOLD, NodeSide
+from test_e2e_mig_recut import NodeSide, busybox_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nodes]
 
@@ -64,30 +64,7 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KitCluster,
 
 
 def _share(name: str) -> dict[str, Any]:
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "annotations": {"gpu-fraction": "0.1", keys.GPU_BACKEND: "mig"},
-        },
-        "spec": {
-            "schedulerName": "phalanx",
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 2,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "worker",
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", HOLD],
-                    "resources": {"limits": {"cpu": "10m", "memory": "32Mi"}},
-                }
-            ],
-        },
-    }
+    body = busybox_pod(name, NS, {}, {"gpu-fraction": "0.1", keys.GPU_BACKEND: "mig"})
     made = mutate(body, NS, AdapterConfig())  # what the webhook does at admission
     assert made is not None
     return made
