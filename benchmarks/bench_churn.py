@@ -22,6 +22,12 @@ and the fault before each, pods waiting over 60 s with no Event saying why; each
 type in each), each job naming one pool, and two replicas per shard (`--shards FILE --shard s<j>`);
 each kill is a kill -9 of every shard's leader at once. Also counted: pods bound to a node of
 another pool than theirs (a pod placed by the wrong shard).
+
+`--full` (issue 40 item 4): the cluster kept full, with Queues, quotas and priorities, so that
+reclaim and priority preemption fire all the run (benchmarks/churn_full.py says how); besides the
+above it counts each eviction's preemptor (from its `Preempted` Event), workloads evicted twice for
+one preemptor shape within the hour, and evictions an hour against the budget. Every eviction is
+written to `evictions.json` in `--out`.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+import churn_full  # noqa: E402
 from churn_watch import Watcher  # noqa: E402
 from dra_kube import device_classes, dgx_slices, template  # noqa: E402
 from e2e_kube import Kube  # noqa: E402
@@ -136,7 +143,10 @@ class Jobs:
         with self.lock:
             self.live[job] = (names, kind == "gang")
 
-    def tick(self, bound: dict[str, str], now: float) -> None:
+    def on_evicted(self, name: str) -> None:
+        """A pod of ours evicted: here it stays gone (the full mode makes it again)."""
+
+    def tick(self, bound: dict[str, str], now: float, present: set[str] | None = None) -> None:
         """Jobs whole now get an end time; jobs past it are deleted."""
         for job, (names, gang) in list(self.live.items()):
             if job not in self.ends and all(n in bound for n in names):
@@ -181,7 +191,10 @@ class Replica:
 
 
 def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, drop_every: float,
-        bind_500: float, seed: int = 1, shards: int = 0) -> dict[str, Any]:  # fmt: skip
+        bind_500: float, seed: int = 1, shards: int = 0, full: argparse.Namespace | None = None,
+        ) -> dict[str, Any]:  # fmt: skip
+    """`full`: the --full mode's arguments (queues, reclaim_min_runtime, budget_queue, budget_cluster,
+    phase_s, max_waiting), or None."""
     out.mkdir(parents=True, exist_ok=True)
     cp = ControlPlane().start()
     kube = Kube(cp)
@@ -189,7 +202,13 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
         kube.install_crds(sorted((ROOT / "deploy" / "helm" / "phalanx" / "crds").glob("*.yaml")))
         kube.ensure_namespace(NS)
         t0 = time.monotonic()
-        pools = _nodes(kube, nodes, shards)
+        if full is not None:
+            churn_full.setup(kube, nodes, full.queues)
+            pools = {f"h100-{k:04d}": "" for k in range(nodes)}
+            prof = churn_full.profile(out / "profile.yaml", full.reclaim_min_runtime, full.budget_queue,
+                                      full.budget_cluster)  # fmt: skip
+        else:
+            pools = _nodes(kube, nodes, shards)
         setup_s = time.monotonic() - t0
         proxy = FaultProxy(cp.url, cp.ca_crt, cp.admin_crt, cp.admin_key, bind_500)
         kc = out / "proxy.kubeconfig"
@@ -210,8 +229,11 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
                 for i in ("a", "b")
             ]
         else:
-            replicas = [Replica(i, kc, out) for i in ("a", "b")]
-        jobs = Jobs(kube, seed, shards)
+            extra = ("--profile", str(prof)) if full is not None else ()
+            replicas = [Replica(i, kc, out, extra) for i in ("a", "b")]
+        jobs: Jobs | churn_full.FullJobs = Jobs(kube, seed, shards)
+        if full is not None:
+            jobs = churn_full.FullJobs(kube, seed, full.queues, full.phase_s, full.max_waiting)
         watcher = Watcher(kube, NS, jobs, replicas, out, pools)
         faults: list[tuple[float, str]] = []
         end = time.monotonic() + minutes * 60
@@ -239,6 +261,10 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
         detail = [(*p, _near(p[1], faults)) for p in report["gangs_partial_detail"]]
         report["gangs_partial_detail"] = detail
         report["gangs_partial_over_2s_not_near_a_fault"] = sum(1 for p in detail if not p[3])
+        log = report.pop("eviction_log")
+        (out / "evictions.json").write_text(json.dumps(log, indent=0))
+        if isinstance(jobs, churn_full.FullJobs) and full is not None:
+            report["full"] = churn_full.analyse(log, jobs, minutes, full.budget_queue, full.budget_cluster)
         report.update(
             minutes=minutes, nodes=nodes, rate=rate, shards=shards, setup_s=round(setup_s, 1),
             jobs_made=jobs.made, faults=[f"{t:.0f}s {w}" for t, w in faults], proxy=proxy.counts,
@@ -293,8 +319,25 @@ def main() -> None:
     ap.add_argument("--bind-500", type=float, default=0.01)
     ap.add_argument("--out", default="/tmp/phalanx-churn")
     ap.add_argument("--shards", type=int, default=0, help="split the nodes into this many shards")
+    ap.add_argument("--full", action="store_true", help="keep the cluster full: queues, quotas, priorities")
+    ap.add_argument(
+        "--queues", type=int, default=4, help="--full: queues, deserved GPUs summing to the cluster"
+    )
+    ap.add_argument(
+        "--reclaim-min-runtime", type=float, default=60.0, help="--full: reclaim's min_runtime (s)"
+    )
+    ap.add_argument(
+        "--budget-queue", type=int, default=30, help="--full: evictions an hour per queue (0: off)"
+    )
+    ap.add_argument("--budget-cluster", type=int, default=100, help="--full: evictions an hour (0: off)")
+    ap.add_argument("--phase-s", type=float, default=300.0, help="--full: seconds each queue is the hot one")
+    ap.add_argument("--max-waiting", type=int, default=40, help="--full: jobs a queue keeps waiting at most")
     a = ap.parse_args()
-    r = run(a.minutes, a.nodes, Path(a.out), a.rate, a.kill_every, a.drop_every, a.bind_500, shards=a.shards)
+    full = a if a.full else None
+    if full is not None and a.shards:
+        ap.error("--full and --shards do not combine")
+    r = run(a.minutes, a.nodes, Path(a.out), a.rate, a.kill_every, a.drop_every, a.bind_500, shards=a.shards,
+            full=full)  # fmt: skip
     print(json.dumps({k: v for k, v in r.items() if k != "rss"}, indent=1))
 
 

@@ -1,4 +1,5 @@
-"""What bench_churn counts while it runs: a sample of the pods every 2 s, RSS and /metrics every 10 s."""
+"""What bench_churn counts while it runs: a sample of the pods every 0.5 s; RSS, /metrics and the
+`Preempted` Events every 10 s."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class Watcher:
         self.bound_ever: set[str] = set()
         self.double_binds: list[str] = []
         self.gpu_twice: set[str] = set()
-        self.evicted: set[str] = set()
+        self.evicted: dict[str, tuple[float, str]] = {}  # pod uid -> (when seen terminating, pod)
+        self.preempted: dict[str, str] = {}  # pod uid -> its Preempted Event's message
         self.partial_since: dict[str, float] = {}
         self.partials: list[tuple[str, float, float]] = []  # (gang, from, seconds), seen in >= 2 samples
         self.no_reason: set[str] = set()
@@ -89,7 +91,10 @@ class Watcher:
             name, uid, where = meta["name"], meta["uid"], spec.get("nodeName") or ""
             if meta.get("deletionTimestamp"):
                 if name not in self.jobs.deleted:
-                    self.evicted.add(name)
+                    if uid not in self.evicted:
+                        self.evicted[uid] = (now, name)
+                        self.jobs.on_evicted(name)
+                    self._held(held, where, f"{name} (terminating)", meta)  # it holds them until gone
                     with contextlib.suppress(Exception):  # play the kubelet: a victim goes
                         self.kube.api.delete(PODS, name, self.ns, 0)
                 continue
@@ -103,13 +108,7 @@ class Watcher:
                 )
             if self.node_of.setdefault(uid, where) != where:
                 self.double_binds.append(f"{name}: {self.node_of[uid]} then {where}")
-            devices = (meta.get("annotations") or {}).get("phalanx.io/gpu-devices", "")
-            notes = meta.get("annotations") or {}
-            if devices and "gpu-fraction" not in notes and "phalanx.io/mig-slice" not in notes:
-                for d in devices.split(","):
-                    other = held.setdefault((where, d), name)
-                    if other != name:
-                        self.gpu_twice.add(f"{where} GPU {d}: {other} and {name}")
+            self._held(held, where, name, meta)
         for job, (names, gang) in list(self.jobs.live.items()):
             if not gang:
                 continue
@@ -119,7 +118,17 @@ class Watcher:
             elif job in self.partial_since:
                 self._partial_ended(job, now)
         self.waiting_now = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
-        self.jobs.tick(bound, time.monotonic())
+        self.jobs.tick(bound, time.monotonic(), {p["metadata"]["name"] for p in pods})
+
+    def _held(self, held: dict[tuple[str, str], str], where: str, name: str, meta: dict[str, Any]) -> None:
+        """Whole GPUs of `where` that `name` holds; one held by two live pods is a GPU given twice."""
+        notes = meta.get("annotations") or {}
+        devices = notes.get("phalanx.io/gpu-devices", "")
+        if where and devices and "gpu-fraction" not in notes and "phalanx.io/mig-slice" not in notes:
+            for d in devices.split(","):
+                other = held.setdefault((where, d), name)
+                if other != name:
+                    self.gpu_twice.add(f"{where} GPU {d}: {other} and {name}")
 
     def _partial_ended(self, job: str, now: float) -> None:
         since = self.partial_since.pop(job)
@@ -144,10 +153,22 @@ class Watcher:
             if not p["spec"].get("nodeName") and now - created > 60 and meta["name"] not in told:
                 self.no_reason.add(meta["name"])
 
+    def _preempted(self) -> None:
+        """The Preempted Events of our pods, by the pod's uid (Events live an hour: read as we go)."""
+        try:
+            events, _ = self.kube.api.list(EVENTS, field_selector="reason=Preempted")
+        except Exception:
+            return
+        for e in events:
+            obj = e.get("involvedObject") or {}
+            if e["metadata"].get("namespace") == self.ns and obj.get("uid"):
+                self.preempted.setdefault(obj["uid"], e.get("message", ""))
+
     # ------------------------------------------------------------------ replicas
     def _every10(self) -> None:
         with httpx.Client(timeout=5) as c:
             while not self.stop_event.wait(10):
+                self._preempted()
                 for r in self.replicas:
                     if r.proc is None or r.proc.poll() is not None:
                         continue
@@ -167,10 +188,16 @@ class Watcher:
             t.join(timeout=30)
         for job in list(self.partial_since):
             self._partial_ended(job, self._now())
+        time.sleep(3.0)  # the last evictions' Events are written after the evictions
+        self._preempted()
         lasting = [(j, round(f), round(s, 1)) for j, f, s in self.partials]
         return {
             "pods_bound": len(self.bound_ever),
             "evictions": len(self.evicted),
+            "eviction_log": sorted(
+                (round(t, 1), name, uid, self.preempted.get(uid, ""))
+                for uid, (t, name) in self.evicted.items()
+            ),
             "double_binds": self.double_binds,
             "bound_outside_their_pool": sorted(self.wrong_pool)[:20],
             "gpu_given_twice": sorted(self.gpu_twice),
