@@ -11,6 +11,7 @@ import typer.core
 from phalanx.cli.bench import bench_app
 from phalanx.cli.cache import cache
 from phalanx.cli.capture import capture
+from phalanx.cli.distcache import distcache
 from phalanx.cli.kube import dashboard, demo, scheduler, status
 from phalanx.cli.node import node_app
 from phalanx.cli.scenario import scenario
@@ -50,6 +51,7 @@ app.command("dashboard")(dashboard)
 app.add_typer(node_app, name="node")
 app.command("webhook")(webhook)
 app.command("cache")(cache)
+app.command("distcache")(distcache)
 app.command("capture")(capture)
 
 

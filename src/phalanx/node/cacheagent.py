@@ -101,7 +101,10 @@ class CacheAgent:
     def look(self) -> list[Want]:
         """Read the cluster, stage the most urgent dataset wanted here, publish. What is still wanted."""
         datasets, bad = self._datasets()
-        in_use = self._in_use(datasets)
+        # a distributed Dataset is cached across the group by `phalanx distcache`, never copied here
+        elsewhere = {k for k, d in datasets.items() if d.distributed}
+        datasets = {k: d for k, d in datasets.items() if k not in elsewhere}
+        in_use = {k: v for k, v in self._in_use(datasets).items() if k not in elsewhere}
         wants = self._wants(datasets, in_use)
         self.store.touch([k for k in self.store.ready() if k in in_use])
         for key, why in bad.items():
@@ -219,38 +222,7 @@ class CacheAgent:
 
     # ------------------------------------------------------------------ staging
     def _filesystem(self, ds: Dataset) -> tuple[Any, str]:
-        import fsspec
-
-        opts: dict[str, Any] = dict(ds.spec.options)
-        if ds.protocol == "s3":
-            if ds.spec.endpoint:
-                opts["endpoint_url"] = ds.spec.endpoint
-            if ds.spec.secret_ref is not None:
-                data = self._secret(ds)
-                for field_name, opt in (
-                    ("AWS_ACCESS_KEY_ID", "key"),
-                    ("AWS_SECRET_ACCESS_KEY", "secret"),
-                    ("AWS_SESSION_TOKEN", "token"),
-                ):
-                    if field_name in data:
-                        opts[opt] = data[field_name]
-            opts.setdefault("skip_instance_cache", True)
-        try:
-            fs, path = fsspec.core.url_to_fs(ds.spec.source, **opts)
-        except (ImportError, ValueError, TypeError) as e:
-            raise stager.StageError(f"cannot open {ds.spec.source}: {e}") from None
-        return fs, path
-
-    def _secret(self, ds: Dataset) -> dict[str, str]:
-        import base64
-
-        ref = ds.spec.secret_ref
-        assert ref is not None
-        try:
-            sec = self.client.get(Secret, ref.name, namespace=ds.namespace)
-        except Exception as e:
-            raise stager.StageError(f"cannot read Secret {ds.namespace}/{ref.name}: {e}") from None
-        return {k: base64.b64decode(v).decode() for k, v in (sec.data or {}).items()}
+        return open_source(self.client, ds)
 
     def _stage(self, ds: Dataset, want: Want, keep: set[str]) -> None:
         key = ds.key
@@ -402,6 +374,44 @@ class CacheAgent:
             self.client.patch(DatasetRes.Status, name, body, namespace=ns, patch_type=PatchType.MERGE)
         except Exception as e:  # the Dataset may be gone; the node annotation still says the truth
             log.debug("dataset %s: status not written: %s", key, e)
+
+
+def open_source(client: Client, ds: Dataset) -> tuple[Any, str]:
+    """The Dataset's source as an fsspec filesystem and its root path (its Secret read for S3 keys)."""
+    import fsspec
+
+    opts: dict[str, Any] = dict(ds.spec.options)
+    if ds.protocol == "s3":
+        if ds.spec.endpoint:
+            opts["endpoint_url"] = ds.spec.endpoint
+        if ds.spec.secret_ref is not None:
+            data = read_secret(client, ds)
+            for field_name, opt in (
+                ("AWS_ACCESS_KEY_ID", "key"),
+                ("AWS_SECRET_ACCESS_KEY", "secret"),
+                ("AWS_SESSION_TOKEN", "token"),
+            ):
+                if field_name in data:
+                    opts[opt] = data[field_name]
+        opts.setdefault("skip_instance_cache", True)
+    try:
+        fs, path = fsspec.core.url_to_fs(ds.spec.source, **opts)
+    except (ImportError, ValueError, TypeError) as e:
+        raise stager.StageError(f"cannot open {ds.spec.source}: {e}") from None
+    return fs, path
+
+
+def read_secret(client: Client, ds: Dataset) -> dict[str, str]:
+    """The Dataset's `secretRef` Secret, decoded; StageError when it cannot be read."""
+    import base64
+
+    ref = ds.spec.secret_ref
+    assert ref is not None
+    try:
+        sec = client.get(Secret, ref.name, namespace=ds.namespace)
+    except Exception as e:
+        raise stager.StageError(f"cannot read Secret {ds.namespace}/{ref.name}: {e}") from None
+    return {k: base64.b64decode(v).decode() for k, v in (sec.data or {}).items()}
 
 
 def _event(ns: str, pod: str, uid: str, node: str, why: str) -> Event:

@@ -19,6 +19,8 @@ from phalanx.spec.quantity import size_bytes
 GROUP_VERSION = "scheduling.phalanx.io/v1alpha1"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https", "file")
+CACHE_MODES = ("node", "distributed")
+MAX_REPLICAS = 3  # SeaweedFS replication "00N": at most 3 more copies in a rack; 3 in all is plenty
 
 
 class SecretRef(BaseModel):
@@ -36,6 +38,10 @@ class DatasetSpec(BaseModel):
     endpoint: str = ""  # an S3-compatible endpoint URL
     options: dict[str, str] = Field(default_factory=dict)  # more fsspec storage options
     nodes: list[str] = Field(default_factory=list)  # stage on these nodes now (a warm-up)
+    # node: a whole copy per node (phalanx cache); distributed: one copy striped over the cache
+    # group's volume servers (phalanx distcache, SeaweedFS), for datasets larger than a node
+    cache: str = "node"
+    replicas: int | None = None  # copies of each chunk in the group (distributed only; default 2)
 
 
 class Dataset(BaseModel):
@@ -47,6 +53,15 @@ class Dataset(BaseModel):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def distributed(self) -> bool:
+        return self.spec.cache == "distributed"
+
+    @property
+    def copies(self) -> int:
+        """Copies of each chunk in the cache group (1 for per-node copies: each node has its own)."""
+        return self.spec.replicas or (2 if self.distributed else 1)
 
     @property
     def protocol(self) -> str:
@@ -87,7 +102,39 @@ def parse_dataset(obj: dict[str, Any]) -> Dataset:
         raise SpecError(
             f"{where}: spec.readOnly", "cached copies are read-only; readOnly: false is not supported"
         )
+    _check_cache(spec, where)
     expected = None
     if spec.expected_size is not None:
         expected = size_bytes(spec.expected_size, f"{where}: spec.expectedSize")
     return Dataset(namespace=ns, name=name, spec=spec, expected_bytes=expected)
+
+
+def _check_cache(spec: DatasetSpec, where: str) -> None:
+    """`cache` and what only one of its modes can honour, each refused with the field it is in."""
+    if spec.cache not in CACHE_MODES:
+        raise SpecError(
+            f"{where}: spec.cache", f"must be one of {', '.join(CACHE_MODES)}; got {spec.cache!r}"
+        )
+    if spec.cache == "node":
+        if spec.replicas is not None:
+            raise SpecError(
+                f"{where}: spec.replicas", "only a distributed cache (spec.cache: distributed) has replicas"
+            )
+        return
+    if not spec.source.startswith("s3://"):
+        raise SpecError(
+            f"{where}: spec.source",
+            f"cache: distributed mounts S3 sources only (SeaweedFS remote.mount); got {spec.source!r}",
+        )
+    if spec.nodes:
+        raise SpecError(
+            f"{where}: spec.nodes",
+            "stages whole copies on those nodes; a distributed Dataset is cached across the group: drop it",
+        )
+    if "/" in spec.include:
+        raise SpecError(
+            f"{where}: spec.include",
+            f"cache: distributed matches file names only (no '/'); got {spec.include!r}",
+        )
+    if spec.replicas is not None and not 1 <= spec.replicas <= MAX_REPLICAS:
+        raise SpecError(f"{where}: spec.replicas", f"must be 1 to {MAX_REPLICAS}; got {spec.replicas}")
