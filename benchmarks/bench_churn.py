@@ -235,6 +235,8 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
         if full is not None:
             jobs = churn_full.FullJobs(kube, seed, full.queues, full.phase_s, full.max_waiting)
         watcher = Watcher(kube, NS, jobs, replicas, out, pools)
+        if full is not None:
+            watcher.drain_s = 180.0  # Events written minutes behind the evictions (docs/benchmarks.md)
         faults: list[tuple[float, str]] = []
         end = time.monotonic() + minutes * 60
         start = time.monotonic()

@@ -190,14 +190,25 @@ def _job(workload: str, jobs: FullJobs) -> str:
     return name if name in jobs.info else jobs.job_of.get(name, "")
 
 
+def _repeat(s: dict[str, Any], r: dict[str, Any]) -> bool:
+    """`r` evicts the victim of the earlier `s` again for a preemptor of its shape, within the window."""
+    return (
+        s["victim"] == r["victim"]
+        and s["shape"] is not None
+        and s["shape"] == r["shape"]
+        and (r["t"] - s["t"] < WINDOW_S)
+    )
+
+
 def analyse(
-    evictions: list[tuple[float, str, str, str]],
+    evictions: list[tuple[float, str, str, str, float | None]],
     jobs: FullJobs,
     minutes: float,
     budget_queue: int,
     budget_cluster: int,
 ) -> dict[str, Any]:
-    """`evictions`: (seconds into the run, pod, uid, its Preempted Event's message or "").
+    """`evictions`: (seconds into the run, pod, uid, its Preempted Event's message or "", seconds from
+    the eviction seen to the Event's timestamp or None).
 
     A workload eviction is its pods' evictions seen within 30 s of each other (a gang goes whole).
     A repeat: one workload evicted twice for preemptors of one shape within `WINDOW_S`; "guarded"
@@ -206,7 +217,8 @@ def analyse(
     by_job: dict[str, list[tuple[float, str, str]]] = {}
     pods_named = 0
     unnamed: list[str] = []
-    for t, name, _uid, msg in sorted(evictions):
+    lags = sorted(e[4] for e in evictions if e[4] is not None)
+    for t, name, _uid, msg, _lag in sorted(evictions):
         m = EVENT.match(msg)
         pre = _job((m.group(1) or m.group(3)) if m else "", jobs)
         if pre:
@@ -233,13 +245,11 @@ def analyse(
             group.append(e)
     records.sort(key=lambda r: r["t"])
     repeats: dict[str, list[str]] = {"guarded": [], "by_priority": []}
-    for k, r in enumerate(records):
-        for s in records[:k]:
-            same = s["victim"] == r["victim"] and s["shape"] is not None and s["shape"] == r["shape"]
-            if same and r["t"] - s["t"] < WINDOW_S:
-                what = "by_priority" if r["by_priority"] else "guarded"
-                said = f"{r['victim']} at {s['t']:.0f} s and {r['t']:.0f} s for shape {r['shape']}"
-                repeats[what].append(said)
+    for k, r in enumerate(records):  # each eviction that repeats an earlier one, counted once
+        s = next((s for s in reversed(records[:k]) if _repeat(s, r)), None)
+        if s is not None:
+            said = f"{r['victim']} at {s['t']:.0f} s and {r['t']:.0f} s for shape {r['shape']}"
+            repeats["by_priority" if r["by_priority"] else "guarded"].append(said)
     over = {"queue": 0, "cluster": 0}
     peak_queue: dict[str, int] = {}
     peak_cluster = 0
@@ -248,7 +258,7 @@ def analyse(
         same = sum(1 for s in hour if s["queue"] == r["queue"])
         peak_queue[r["queue"]] = max(peak_queue.get(r["queue"], 0), same)
         peak_cluster = max(peak_cluster, len(hour))
-        if not r["by_priority"]:  # the budget holds back these; priority preemption only counts
+        if not r["by_priority"] and r["preemptor"]:  # held back by the budget; priority ones only count
             over["queue"] += bool(budget_queue and same > budget_queue)
             over["cluster"] += bool(budget_cluster and len(hour) > budget_cluster)
     kinds: dict[str, int] = {}
@@ -259,11 +269,16 @@ def analyse(
         "pod_evictions": len(evictions),
         "pod_evictions_whose_event_names_the_preemptor": pods_named,
         "pod_evictions_without": unnamed[:20],
+        "event_lag_s": {
+            "p50": lags[len(lags) // 2] if lags else None,
+            "p90": lags[int(len(lags) * 0.9)] if lags else None,
+            "max": lags[-1] if lags else None,
+        },
         "workload_evictions": len(records),
         "workload_evictions_by_kind": kinds,
         "workload_evictions_per_hour": round(len(records) / (minutes / 60), 1) if minutes else 0,
-        "workload_evictions_guarded_per_hour": round(
-            sum(1 for r in records if not r["by_priority"]) / (minutes / 60), 1
+        "workload_evictions_named_not_by_priority_per_hour": round(
+            sum(1 for r in records if r["preemptor"] and not r["by_priority"]) / (minutes / 60), 1
         )
         if minutes
         else 0,

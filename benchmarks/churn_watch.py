@@ -49,14 +49,15 @@ class Watcher:
         self.bound_ever: set[str] = set()
         self.double_binds: list[str] = []
         self.gpu_twice: set[str] = set()
-        self.evicted: dict[str, tuple[float, str]] = {}  # pod uid -> (when seen terminating, pod)
-        self.preempted: dict[str, str] = {}  # pod uid -> its Preempted Event's message
+        self.evicted: dict[str, tuple[float, str, float]] = {}  # pod uid -> (seen terminating, pod, wall)
+        self.preempted: dict[str, tuple[str, float]] = {}  # pod uid -> its Preempted Event (message, wall)
         self.partial_since: dict[str, float] = {}
         self.partials: list[tuple[str, float, float]] = []  # (gang, from, seconds), seen in >= 2 samples
         self.no_reason: set[str] = set()
         self.rss: list[tuple[float, str, float]] = []
         self.cycles: dict[str, dict[float, float]] = {}  # incarnation -> le -> count
         self.errors = 0
+        self.drain_s = 15.0  # at the end, how long to wait for the last evictions' Events at most
         self.waiting_now: list[str] = []
         self.threads = [threading.Thread(target=f, daemon=True) for f in (self._pods, self._every10)]
 
@@ -92,7 +93,7 @@ class Watcher:
             if meta.get("deletionTimestamp"):
                 if name not in self.jobs.deleted:
                     if uid not in self.evicted:
-                        self.evicted[uid] = (now, name)
+                        self.evicted[uid] = (now, name, time.time())
                         self.jobs.on_evicted(name)
                     self._held(held, where, f"{name} (terminating)", meta)  # it holds them until gone
                     with contextlib.suppress(Exception):  # play the kubelet: a victim goes
@@ -162,7 +163,21 @@ class Watcher:
         for e in events:
             obj = e.get("involvedObject") or {}
             if e["metadata"].get("namespace") == self.ns and obj.get("uid"):
-                self.preempted.setdefault(obj["uid"], e.get("message", ""))
+                at = e.get("firstTimestamp") or e["metadata"].get("creationTimestamp") or ""
+                wall = calendar.timegm(time.strptime(at, "%Y-%m-%dT%H:%M:%SZ")) if at else 0.0
+                self.preempted.setdefault(obj["uid"], (e.get("message", ""), wall))
+
+    def _drain(self, most_s: float) -> float:
+        """Read the Preempted Events until none of our evictions' is still arriving (10 s without
+        a new one), `most_s` at most: the scheduler writes Events behind its binds. Seconds taken."""
+        t0, last, quiet = time.monotonic(), -1, 0
+        while self.evicted and time.monotonic() - t0 < most_s and quiet < 2:
+            self._preempted()
+            got = sum(1 for uid in self.evicted if uid in self.preempted)
+            quiet = quiet + 1 if got == last else 0
+            last = got
+            time.sleep(5.0)
+        return time.monotonic() - t0
 
     # ------------------------------------------------------------------ replicas
     def _every10(self) -> None:
@@ -181,6 +196,14 @@ class Watcher:
                         float(le): float(n) for le, n in BUCKETS.findall(text) if le != "+Inf"
                     }
 
+    def _said(self, uid: str, wall: float) -> tuple[str, float | None]:
+        """An eviction's Preempted Event: its message and how long after the eviction was seen it
+        was written (whole seconds: the Event's timestamp), or ("", None)."""
+        if uid not in self.preempted:
+            return "", None
+        msg, at = self.preempted[uid]
+        return msg, round(at - wall) if at else None
+
     # ------------------------------------------------------------------ the end
     def stop(self) -> dict[str, Any]:
         self.stop_event.set()
@@ -188,16 +211,16 @@ class Watcher:
             t.join(timeout=30)
         for job in list(self.partial_since):
             self._partial_ended(job, self._now())
-        time.sleep(3.0)  # the last evictions' Events are written after the evictions
-        self._preempted()
+        drained = self._drain(self.drain_s)
         lasting = [(j, round(f), round(s, 1)) for j, f, s in self.partials]
         return {
             "pods_bound": len(self.bound_ever),
             "evictions": len(self.evicted),
             "eviction_log": sorted(
-                (round(t, 1), name, uid, self.preempted.get(uid, ""))
-                for uid, (t, name) in self.evicted.items()
+                (round(t, 1), name, uid, *self._said(uid, wall))
+                for uid, (t, name, wall) in self.evicted.items()
             ),
+            "events_drained_s": round(drained),
             "double_binds": self.double_binds,
             "bound_outside_their_pool": sorted(self.wrong_pool)[:20],
             "gpu_given_twice": sorted(self.gpu_twice),
