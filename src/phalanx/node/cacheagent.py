@@ -103,8 +103,9 @@ class CacheAgent:
         datasets, bad = self._datasets()
         # a distributed Dataset is cached across the group by `phalanx distcache`, never copied here
         elsewhere = {k for k, d in datasets.items() if d.distributed}
+        every_use = self._in_use(datasets)
         datasets = {k: d for k, d in datasets.items() if k not in elsewhere}
-        in_use = {k: v for k, v in self._in_use(datasets).items() if k not in elsewhere}
+        in_use = {k: v for k, v in every_use.items() if k not in elsewhere}
         wants = self._wants(datasets, in_use)
         self.store.touch([k for k in self.store.ready() if k in in_use])
         for key, why in bad.items():
@@ -123,6 +124,7 @@ class CacheAgent:
             self._stage(datasets[w.key], w, {x.key for x in wants} & set(in_use))
             self._publish()
         self._tell(in_use, datasets, bad)
+        self._tell_distributed({k: v for k, v in every_use.items() if k in elsewhere})
         return todo
 
     def _tell(self, in_use: dict[str, list[str]], datasets: dict[str, Dataset], bad: dict[str, str]) -> None:
@@ -138,16 +140,29 @@ class CacheAgent:
                 why = f"staging Dataset {key} on node {self.node} failed: {self.failed[key][1]}"
             else:
                 continue
-            for pod in pods:
-                uid = self.pod_uids.get(pod, "")
-                if (uid, why) in self.told:
-                    continue
-                self.told.add((uid, why))
-                ns, name = pod.split("/", 1)
-                try:
-                    self.client.create(_event(ns, name, uid, self.node, why))
-                except Exception as e:  # an Event is a courtesy: the Dataset's status says it too
-                    log.warning("could not tell pod %s that its dataset is not cached: %s", pod, e)
+            self._warn(pods, why)
+
+    def _tell_distributed(self, in_use: dict[str, list[str]]) -> None:
+        """Pods here naming a distributed Dataset: the webhook mounts a per-node copy, which is never
+        made for it, and pods cannot mount the distributed cache yet. Said once, not left silent."""
+        for key, pods in in_use.items():
+            why = (
+                f"Dataset {key} is distributed (spec.cache: distributed): pods cannot mount a distributed "
+                "Dataset yet; set spec.cache: node for a per-node copy"
+            )
+            self._warn(pods, why)
+
+    def _warn(self, pods: list[str], why: str) -> None:
+        for pod in pods:
+            uid = self.pod_uids.get(pod, "")
+            if (uid, why) in self.told:
+                continue
+            self.told.add((uid, why))
+            ns, name = pod.split("/", 1)
+            try:
+                self.client.create(_event(ns, name, uid, self.node, why))
+            except Exception as e:  # an Event is a courtesy: the Dataset's status says it too
+                log.warning("could not tell pod %s that its dataset is not cached: %s", pod, e)
 
     def run(self, interval: float) -> None:
         while not self.stop.is_set():
