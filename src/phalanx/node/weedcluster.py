@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.node.objectstore import find_weed, free_ports
+from phalanx.node.objectstore import PORT_TAKEN, find_weed, free_ports
 
 
 @dataclass
@@ -58,7 +58,19 @@ class WeedCluster:
         return "http://" + self.master.rsplit(".", 1)[0]
 
     def start(self, timeout: float = 60.0) -> WeedCluster:
+        """Start it; once more on fresh ports when a port chosen free was taken before weed bound it
+        (ports come from the kernel's ephemeral range, which other connections draw from too)."""
+        for _ in range(2):
+            try:
+                return self._start(timeout)
+            except RuntimeError as e:
+                if not any(taken in str(e) for taken in PORT_TAKEN):
+                    raise
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> WeedCluster:
         weed = str(find_weed())
+        self.servers = []
         self._dir = Path(tempfile.mkdtemp(prefix="phalanx-weed-"))
         ports = free_ports(4 + 2 * self.volumes)
         self.master = f"127.0.0.1:{ports[0]}.{ports[1]}"
@@ -89,7 +101,9 @@ class WeedCluster:
         while time.monotonic() < deadline:
             for p in self._procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"a weed process exited {p.returncode}: {self.log_tail()}")
+                    why = f"a weed process exited {p.returncode}: {self.log_tail()}"
+                    self.stop()
+                    raise RuntimeError(why)
             if self._ready():
                 return self
             time.sleep(0.2)
