@@ -15,11 +15,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 # what weed mini says when a port it was given is taken by the time it binds it
 PORT_TAKEN = ("Port allocation failed", "address already in use")
+T = TypeVar("T")
+
+
+def on_fresh_ports(start: Callable[[], T], tries: int = 3) -> T:
+    """`start()`, again (`tries` times in all) when a port chosen free was taken before weed bound
+    it: ports come from the kernel's ephemeral range, which other connections draw from too."""
+    for _ in range(tries - 1):
+        try:
+            return start()
+        except RuntimeError as e:
+            if not any(taken in str(e) for taken in PORT_TAKEN):
+                raise
+    return start()
 
 
 def free_port() -> int:
@@ -85,15 +100,8 @@ class S3Server:
     _dir: str = ""
 
     def start(self, timeout: float = 60.0, tries: int = 3) -> S3Server:
-        """Start it; a port taken between our choosing it and weed binding it (another process on a
-        busy machine) is tried again with new ports, `tries` times in all."""
-        for _ in range(tries - 1):
-            try:
-                return self._start(timeout)
-            except RuntimeError as e:
-                if not any(taken in str(e) for taken in PORT_TAKEN):
-                    raise
-        return self._start(timeout)
+        """Start it, on new ports if one was taken (`on_fresh_ports`), `tries` times in all."""
+        return on_fresh_ports(lambda: self._start(timeout), tries)
 
     def _start(self, timeout: float) -> S3Server:
         weed = find_weed()

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.node.objectstore import PORT_TAKEN, find_weed, free_ports
+from phalanx.node.objectstore import find_weed, free_ports, on_fresh_ports
 
 
 @dataclass
@@ -58,15 +58,8 @@ class WeedCluster:
         return "http://" + self.master.rsplit(".", 1)[0]
 
     def start(self, timeout: float = 60.0) -> WeedCluster:
-        """Start it; once more on fresh ports when a port chosen free was taken before weed bound it
-        (ports come from the kernel's ephemeral range, which other connections draw from too)."""
-        for _ in range(2):
-            try:
-                return self._start(timeout)
-            except RuntimeError as e:
-                if not any(taken in str(e) for taken in PORT_TAKEN):
-                    raise
-        return self._start(timeout)
+        """Start it, on new ports if one was taken (`on_fresh_ports`)."""
+        return on_fresh_ports(lambda: self._start(timeout))
 
     def _start(self, timeout: float) -> WeedCluster:
         weed = str(find_weed())
