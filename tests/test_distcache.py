@@ -214,7 +214,11 @@ def test_a_dataset_larger_than_a_server_is_cached_across_all_and_survives_one_lo
     if copies == 2:  # 2 copies of 1.5 servers' worth: all 4 hold chunks (1 copy: the master may skip one)
         assert sorted(st["servers"]) == sorted(v.address for v in cluster.servers), st["servers"]
     assert sum(st["servers"].values()) == size * copies
-    assert all(0 < b <= cluster.capacity for b in st["servers"].values()), st["servers"]
+    # a volume's size limit is soft: writes the master assigned before it heard the volume was full
+    # land past it (seen: one 4 MiB file over on one server of four, in one run of two), so a
+    # server holds at most a file per volume slot over its nominal capacity
+    slack = cluster.max_volumes * shard
+    assert all(0 < b <= cluster.capacity + slack for b in st["servers"].values()), st["servers"]
     print(f"cached {size} B x {copies} in {took:.1f} s: {st['servers']}")
     _read_all(cluster, name, objs)
 

@@ -253,6 +253,10 @@ class Informer(threading.Thread):
                     self.store.replace(key, items, taken=True)
                     self.resource_version = rv
                 for event, obj in self.api.watch(self.kind, self.resource_version, self.watch_timeout_s):
+                    # the watch works again: the next failure waits the first pause, not one
+                    # doubled by every drop since the start (a pods watch under load had reached
+                    # 4 s, and a relist after a 410 came after a test's 5 s wait)
+                    delay = self.backoff
                     if event != "BOOKMARK":
                         self.store.apply(key, event, obj)
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
