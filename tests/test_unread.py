@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,12 @@ def test_the_schedulers_cache_holds_no_managed_fields_on_a_real_api_server(kube:
     assert kube.api.get_pod("default", "slim")["metadata"].get("managedFields")  # the server adds them
     with running(kube) as s:
         wait_for("the pod bound", lambda: kube.node_of("slim") == "n0", timeout=30)
-        cached = s.store.get("pods", "default/slim")
-        assert cached is not None and cached["spec"]["nodeName"] == "n0"
+
+        def bound_in_cache() -> dict[str, Any] | None:
+            """The scheduler's cached pod once its watch has brought the bind (the API server shows
+            it first: read at once, the cache can still hold the pod unbound, as a CI-like run did)."""
+            got = s.store.get("pods", "default/slim")
+            return got if got is not None and got["spec"].get("nodeName") == "n0" else None
+
+        cached = wait_for("the bind in the scheduler's cache", bound_in_cache, timeout=10)
         assert "managedFields" not in cached["metadata"] and "env" not in cached["spec"]["containers"][0]
