@@ -92,14 +92,17 @@ def _reservations(kube: Kube) -> dict[str, dict[str, Any]]:
     return {n: p for n, p in kube.pods(NS).items() if keys.GPU_RESERVATION in p["metadata"].get("labels", {})}
 
 
-def _play_node(kube: Kube, name: str, nvml: Path) -> None:
-    """What the node does for a reservation pod: kubelet runs it, it reports its GPU."""
+def _play_node(kube: Kube, name: str, nvml: Path, visible: str = "", mig: bool = False) -> None:
+    """What the node does for a reservation pod: kubelet runs it, it reports its GPU (with `mig`,
+    the MIG device the device plugin put in its NVIDIA_VISIBLE_DEVICES: `visible`)."""
     env = {
         **os.environ,
         "PHALANX_FAKE_NVML": str(nvml),
         "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path]),
+        **({"NVIDIA_VISIBLE_DEVICES": visible} if visible else {}),
     }
-    args = ["node", "reserve", "--pod", f"{NS}/{name}", "--kubeconfig", str(kube.cp.kubeconfig)]
+    args = ["node", "reserve", *(["--mig"] if mig else []), "--pod", f"{NS}/{name}"]
+    args += ["--kubeconfig", str(kube.cp.kubeconfig)]
     res = subprocess.run(
         [sys.executable, "-m", "phalanx.cli.main", *args, "--nvml-module", "fake_nvml", "--once"],
         capture_output=True,
@@ -316,22 +319,7 @@ def _play_mig_node(kube: Kube, name: str, tmp_path: Path) -> str:
     f = tmp_path / "mig-nvml.json"
     gpu = {"uuid": MIG_GPU, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "bus_id": "0000:05:00.0"}
     f.write_text(json.dumps({"gpus": [{**gpu, "mig": True, "mig_instances": [notes[keys.MIG_SLICE]]}]}))
-    env = {
-        **os.environ,
-        "PHALANX_FAKE_NVML": str(f),
-        "NVIDIA_VISIBLE_DEVICES": uuid,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path]),
-    }
-    args = ["node", "reserve", "--mig", "--pod", f"{NS}/{name}", "--kubeconfig", str(kube.cp.kubeconfig)]
-    res = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", *args, "--nvml-module", "fake_nvml", "--once"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    kube.run_pod(name, NS)
+    _play_node(kube, name, f, visible=uuid, mig=True)
     return uuid
 
 

@@ -21,6 +21,7 @@ from phalanx.sim.distcache import CacheGroup
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.replay import NodeOutage, ReplayResult, replay
 from phalanx.sim.runtime import DistributedSpec, IoSpec, RuntimeModel, default_runtime
+from test_cli import _tiny_replay
 
 GB = 1e9
 
@@ -198,25 +199,8 @@ def test_a_bad_group_is_refused(bad: str) -> None:
 
 
 def _cli(tmp_path: Path, *extra: str) -> list[str]:
-    trace = tmp_path / "t.csv"
-    trace.write_text("name,submit,duration,gpus\na,0,100,2\n")
-    cluster = tmp_path / "c.yaml"
-    group = "{name: n, count: 2, cpu: 64, memory: 512Gi, gpus: {count: 8, model: V100, memory: 16Gi}}"
-    cluster.write_text(f"node_groups:\n  - {group}\n")
-    return [
-        "simulate",
-        "--trace",
-        str(trace),
-        "--map",
-        "submit=submit,duration=duration,gpus=gpus,name=name",
-        "--cluster",
-        str(cluster),
-        "--profiles",
-        "fifo",
-        "--out",
-        str(tmp_path / "o"),
-        *extra,
-    ]
+    """`phalanx simulate` on a one-job generic trace (test_cli's tiny replay), with `extra`."""
+    return [*_tiny_replay(tmp_path, [("a", 0, 2)]), *extra]
 
 
 def _one_line(args: list[str]) -> str:
