@@ -25,6 +25,7 @@ from phalanx.actions import holds
 from phalanx.actions.budget import Budget
 from phalanx.actions.evict import Guards, evict_for, lowest_priority, peek, run_start, victims
 from phalanx.actions.gang import gang_tasks
+from phalanx.actions.leaving import past_leaving
 from phalanx.core.decisions import QUANTUM, Hold
 from phalanx.core.model import Task
 from phalanx.core.session import Session
@@ -92,7 +93,7 @@ class Preempt:
             # each cycle costs too much, so only those allocate tried are added
             seen = {e.name for e in entries}
             entries += [e for e in session.ordered_pending() if e.name not in seen]
-        for entry in entries:
+        for entry in past_leaving(session, entries):  # a gang that fits once victims are gone waits
             if tries >= self.max_preemptors:
                 break
             if not entry.workload.preempts:  # preemptionPolicy Never: free room only

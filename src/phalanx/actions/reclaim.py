@@ -31,6 +31,7 @@ from phalanx.actions import holds
 from phalanx.actions.budget import Budget
 from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
+from phalanx.actions.leaving import past_leaving
 from phalanx.core.model import Task
 from phalanx.core.queues import GPU
 from phalanx.core.session import Session
@@ -83,7 +84,7 @@ class Reclaim:
         waiting = session.pending_by_queue()
         low, high = 1.0 - self.margin, 1.0 + self.margin
         short = [q for q in waiting if s.usage_of(q)[GPU] < low * owed[q][GPU] - EPS]
-        for entry in session.pending_for_eviction(short):
+        for entry in past_leaving(session, session.pending_for_eviction(short)):  # see preempt
             if tries >= self.max_preemptors:
                 break
             q = entry.workload.queue

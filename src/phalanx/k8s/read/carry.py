@@ -251,7 +251,10 @@ def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
 
 def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: float | None = None) -> None:
     """Another scheduler's pod: its CPU and memory, and its GPUs on the ones it names or the first free;
-    a MIG instance where its annotations name one that is free (a reservation pod holding it)."""
+    a MIG instance where its annotations name one that is free (a reservation pod holding it). A pod
+    we placed (a victim terminating, one that no longer fits) names its GPUs in its annotations: it
+    holds those, not the first free ones, which a pod bound now might otherwise be given."""
+    prefer = prefer or _annotated_gpus(p)
     i = snap.node_index(p.node)
     c = snap.cluster
     g = p.request.gpu
@@ -269,6 +272,15 @@ def _foreign(snap: Snapshot, p: PodInfo, prefer: tuple[int, ...] = (), ends: flo
     cpu = min(p.request.cpu_milli, int(c.cpu_free[i]))
     mem = min(p.request.memory_mib, int(c.mem_free[i]))
     snap.add_foreign(ForeignUsage(p.node, cpu, mem, gpus, milli if gpus else MILLI, p.key, ends))
+
+
+def _annotated_gpus(p: PodInfo) -> tuple[int, ...]:
+    """The GPU indices a pod's `phalanx.io/gpu-devices` names (none when absent or unreadable)."""
+    text = str(p.annotations.get(keys.GPU_DEVICES, ""))
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        return ()
 
 
 def _named_slice(snap: Snapshot, p: PodInfo) -> tuple[int, MigSlice] | None:

@@ -1,0 +1,87 @@
+"""A victim on its way out keeps what it holds, on a real API server (no kubelets: a pod deleted
+with a grace period stays Terminating until the test confirms it gone, as its kubelet would).
+
+Both were found by the full-cluster churn run: a preemptor evicted a victim each cycle while the
+first was still terminating, and was then bound onto the GPU a terminating victim still held (the
+victim's GPUs were recorded as the node's first free ones, not the ones its annotations name).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from e2e_kube import Kube, running, wait_for
+from kube_objects import node, pod
+
+pytestmark = pytest.mark.e2e
+
+
+def _classes(kube: Kube) -> None:
+    for name, value in (("vic-low", 100), ("vic-high", 1000)):
+        kube.apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+        )
+
+
+def _classed(p: dict[str, Any], priority_class: str) -> dict[str, Any]:
+    del p["spec"]["priority"]  # the priority comes from the class
+    p["spec"]["priorityClassName"] = priority_class
+    return p
+
+
+def _terminating(kube: Kube) -> list[str]:
+    return sorted(n for n, p in kube.pods().items() if p["metadata"].get("deletionTimestamp"))
+
+
+def _gpus(kube: Kube, name: str) -> str:
+    p = kube.pods().get(name) or {}
+    return str(((p.get("metadata") or {}).get("annotations") or {}).get("phalanx.io/gpu-devices", ""))
+
+
+def test_a_preemptor_waits_for_its_one_victim_and_evicts_no_more(kube: Kube) -> None:
+    _classes(kube)
+    kube.api.create("nodes", node("n0", gpus=4))
+    for k in range(4):
+        kube.create(_classed(pod(f"low-{k}", gpus=1), "vic-low"))
+    with running(kube, profile="phalanx-queues") as s:
+        wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(4)), timeout=20)
+        for k in range(4):
+            kube.run_pod(f"low-{k}", started_s_ago=600)
+        kube.create(_classed(pod("high", gpus=1), "vic-high"))
+        gone = wait_for("one victim terminating", lambda: _terminating(kube) or None, timeout=20)
+        assert len(gone) == 1, gone
+        cycles = s.cycles
+        wait_for("ten more cycles", lambda: s.cycles >= cycles + 10 or None, timeout=20)
+        assert _terminating(kube) == gone, "more victims evicted for one 1-GPU preemptor"
+        assert not kube.node_of("high"), "bound while its victim still holds the GPU"
+        held = _gpus(kube, gone[0])
+        kube.force_delete_pod(gone[0])  # what its kubelet would confirm
+        wait_for("the preemptor bound", lambda: kube.node_of("high") == "n0", timeout=20)
+        assert _gpus(kube, "high") == held
+        time.sleep(1.0)
+        assert len(kube.pods()) == 4 and not _terminating(kube)
+
+
+def test_a_terminating_pod_keeps_the_gpus_its_annotations_name(kube: Kube) -> None:
+    """low-3 (GPU 3) is terminating and low-1 (GPU 1) is gone: the new pod gets GPU 1, never 3."""
+    kube.api.create("nodes", node("n0", gpus=4))
+    for k in range(4):
+        p = pod(f"low-{k}", gpus=1, node="n0", annotations={"phalanx.io/gpu-devices": str(k)})
+        kube.create(p)
+        kube.run_pod(f"low-{k}", started_s_ago=600)
+    kube.force_delete_pod("low-1")
+    kube.api.delete("pods", "low-3", "default", grace=300)
+    assert _terminating(kube) == ["low-3"]
+    with running(kube, profile="phalanx-queues"):
+        kube.create(pod("new", gpus=1))
+        wait_for("the new pod bound", lambda: kube.node_of("new") == "n0", timeout=20)
+        assert _gpus(kube, "new") == "1"
+        kube.force_delete_pod("low-3")
