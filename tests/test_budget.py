@@ -3,6 +3,8 @@ what a budget holds back is named with the time it frees, and the cycle after th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from builders import Scenario, make_node, make_workload, two_queues
@@ -136,3 +138,40 @@ def test_the_hour_is_read_back_from_the_memory_a_restarted_scheduler_lends():
     assert not evicted(r)
     p = r.pending_for("a-0")
     assert p is not None and {h.until for h in p.holds} == {sc.clock - 1 - 600.0 + 3600.0}
+
+
+def test_the_hour_is_the_driver_s_own_record_and_outlives_snapshots_and_the_evicted_workloads():
+    """Found on a full cluster under churn (633 reclaims in 30 min against 100 an hour): the hour was
+    the snapshot's, so each snapshot built anew started it empty, and an eviction whose workload had
+    gone (a Job's pod remade under another name) was never read back. The driver now keeps the
+    record, lends it to each snapshot, and saves it across leaders as (when, workload, queue)."""
+
+    from phalanx.k8s.loop.repeat_memory import RepeatMemory, recent_from_saved
+    from phalanx.k8s.loop.service import AttainedService
+
+    prof = reclaiming({"cluster": 1})
+    repeats = RepeatMemory()
+    sc = borrowed(prof)
+    sc.snapshot.lend_recent(repeats.recent)
+    assert len(evicted(sc.cycle())) == 1
+    assert len(repeats.recent) == 1  # the cycle's eviction went to the driver's record
+    # a snapshot built anew in which the evicted workload is gone: the hour still counts it
+    q = repeats.recent[0][2]
+    later = borrowed(prof)
+    repeats.recent[0] = (later.clock - 60.0, "b-gone", q)
+    later.snapshot.lend_recent(repeats.recent)
+    r = later.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-0")
+    assert p is not None and {h.guard for h in p.holds} == {CLUSTER_BUDGET}
+    # saved with the attained service and read back by a new leader
+    svc = AttainedService()
+    svc.recent = repeats.recent_saved(later.clock)
+    back = AttainedService()
+    back.load(json.loads(json.dumps(svc.to_dict())))
+    heir = RepeatMemory()
+    heir.read_back({}, back.recent)
+    assert list(heir.recent) == list(repeats.recent)
+    assert heir.recent_saved(later.clock + 3600.0) == []  # an hour later it no longer counts
+    assert recent_from_saved([[1.0, "w", "q"], ["x", "w", "q"], [2.0, 3, "q"], "junk"]) == [(1.0, "w", "q")]
+    assert recent_from_saved({"not": "a list"}) == []

@@ -655,6 +655,17 @@ class Snapshot:
                 self._recent.append((now, ev.workload, entry.workload.queue))
         self.recent_evictions(now)  # pruned as it grows: a scheduler without budgets never reads it
 
+    def lend_recent(self, recent: collections.deque[tuple[float, str, str]]) -> None:
+        """The driver's own record of the hour's evictions, kept across snapshots built anew: a
+        snapshot's record would start empty with each (nodes or queues changed, a new leader), and
+        forget every eviction of a workload that has gone since (a Job's pod evicted and remade
+        under another name), so the budgets let through several times what they say."""
+        if recent is not self._recent:
+            merged = sorted({*recent, *self._recent})
+            recent.clear()
+            recent.extend(merged)
+            self._recent = recent
+
     def seed_recent(self, now: float) -> None:
         """Once per snapshot: the evictions of the last hour from `evicted_for` (a driver's memory
         lent to a snapshot built anew, e.g. after a restart), beside those already noted."""
@@ -669,7 +680,9 @@ class Snapshot:
             for t in set(shapes.values()):
                 if now - t < WINDOW_S and (t, w) not in have:
                     self._recent.append((t, w, entry.workload.queue))
-        self._recent = collections.deque(sorted(self._recent))
+        merged = sorted(self._recent)  # in place: a record lent by the driver stays the driver's
+        self._recent.clear()
+        self._recent.extend(merged)
 
     def recent_evictions(self, now: float) -> collections.deque[tuple[float, str, str]]:
         """(time, workload, queue) of each eviction in the last WINDOW_S, oldest first."""

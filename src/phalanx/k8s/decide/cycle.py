@@ -9,6 +9,7 @@ the cycle did. Forecasts come after, when the caller asks (`Decision.foresee`).
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
 Memory = dict[str, dict[tuple[object, ...], float]]  # the repeat guard's: workload -> preemptor shape -> when
+Recent = collections.deque[tuple[float, str, str]]  # the budgets': (when, workload, queue), oldest first
 
 
 @dataclass
@@ -69,6 +71,7 @@ def decide(
     rng: np.random.Generator | None = None,
     *,
     evicted_for: Memory | None = None,
+    recent: Recent | None = None,
     stream: Stream | None = None,
 ) -> Decision:
     """One applied cycle on `world` (the snapshot ends as the decisions leave it).
@@ -76,9 +79,13 @@ def decide(
     `rng`: the loop's own, carried across cycles; one-off callers get a fresh seeded one.
     `evicted_for`: the driver's memory of evictions across cycles, lent to the snapshot for this
     cycle (the core adds this cycle's evictions to it); without it the snapshot's own is used.
+    `recent`: the driver's record of the hour's evictions (what the eviction budgets count), lent
+    likewise, so a snapshot built anew does not start the hour empty.
     `stream`: where gangs go as soon as they are placed (the loop binds them while the cycle goes on).
     """
     snap = world.snapshot
+    if recent is not None:
+        snap.lend_recent(recent)
     if evicted_for is not None:
         snap.evicted_for = evicted_for
         snap.seed_recent(now)  # the eviction budgets' hour, from the memory an earlier leader saved

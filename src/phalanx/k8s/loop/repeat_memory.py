@@ -10,6 +10,7 @@ in the snapshot again. Digests no workload has claimed are kept for `KEEP_S`, th
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -19,11 +20,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.core.snapshot import Snapshot
+from phalanx.core.snapshot import WINDOW_S, Snapshot
 
 KEEP_S = 86400.0  # a saved eviction no preemptor shape has claimed by then is forgotten
 Memory = dict[str, dict[tuple[object, ...], float]]
 Saved = dict[str, dict[str, float]]
+RecentRecord = tuple[float, str, str]  # an eviction the budgets count: when, workload, its queue
+Recent = collections.deque[RecentRecord]
 
 
 def digest(key: object) -> str:
@@ -72,6 +75,24 @@ def to_saved(memory: Memory, pending: Saved, now: float) -> Saved:
         for key, t in shapes.items():
             mine[digest(key)] = t
     return {w: shapes for w, shapes in out.items() if shapes}
+
+
+def recent_from_saved(d: object) -> list[RecentRecord]:
+    """A saved record of the hour's evictions as it reads; entries of the wrong shape are skipped."""
+    if not isinstance(d, list):
+        return []
+    out = []
+    for r in d:
+        if (
+            isinstance(r, list)
+            and len(r) == 3
+            and isinstance(r[0], int | float)
+            and math.isfinite(r[0])
+            and isinstance(r[1], str)
+            and isinstance(r[2], str)
+        ):
+            out.append((float(r[0]), r[1], r[2]))
+    return out
 
 
 def from_saved(d: object) -> Saved:
@@ -125,11 +146,23 @@ class RepeatMemory:
         self.unclaimed: Saved = {}
         self.restore_due = False  # the saved memory was just read back
         self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
+        # the eviction budgets' hour: (when, workload, queue) of each eviction, lent to every cycle's
+        # snapshot (`Snapshot.lend_recent`) and saved with the rest, so neither a snapshot built anew
+        # nor a new leader starts the hour empty
+        self.recent: Recent = collections.deque()
 
-    def read_back(self, saved: Saved) -> None:
-        """What an earlier leader saved: claimed by the shapes of the next snapshots."""
+    def read_back(self, saved: Saved, recent: list[RecentRecord] | None = None) -> None:
+        """What an earlier leader saved: claimed by the shapes of the next snapshots; its record of
+        the hour's evictions joined to ours."""
         self.restore_due = True
         self.unclaimed = {w: dict(shapes) for w, shapes in saved.items()}
+        merged = sorted({*self.recent, *(recent or [])})
+        self.recent.clear()
+        self.recent.extend(merged)
+
+    def recent_saved(self, now: float) -> list[RecentRecord]:
+        """The record of the last `WINDOW_S`, as saved."""
+        return [r for r in self.recent if now - r[0] < WINDOW_S]
 
     def claim(self, snap: Snapshot) -> None:
         """Saved digests back into demand keys, when the memory was just read back or the snapshot's

@@ -260,7 +260,13 @@ class Scheduler:
         try:
             try:
                 decision = decide(
-                    world, self.profile, now, self.rng, evicted_for=self.repeats.evicted_for, stream=streamed
+                    world,
+                    self.profile,
+                    now,
+                    self.rng,
+                    evicted_for=self.repeats.evicted_for,
+                    recent=self.repeats.recent,
+                    stream=streamed,
                 )
             except BaseException:
                 self._assume(streamed.wait(), streamed.binds, now)  # what was bound before it failed
@@ -448,13 +454,14 @@ class Scheduler:
                 len(self.service.history),
                 len(self.service.evictions),
             )
-        self.repeats.read_back(self.service.evictions)
+        self.repeats.read_back(self.service.evictions, self.service.recent)
 
     def _save_service(self, now: float) -> None:
         if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
             return
         self.service_saved = now
         self.service.evictions = self.repeats.to_saved(now)
+        self.service.recent = self.repeats.recent_saved(now)
         try:
             self.service_store.write(self.service.to_dict())
         except Exception as e:  # not fatal: the next interval tries again

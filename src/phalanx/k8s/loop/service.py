@@ -24,7 +24,7 @@ import numpy as np
 from phalanx.core.snapshot import RunClock, Snapshot, decay_history, gpu_seconds
 from phalanx.k8s.client.api import Api, Conflict, NotFound
 from phalanx.k8s.client.kinds import CONFIG_MAPS
-from phalanx.k8s.loop.repeat_memory import from_saved
+from phalanx.k8s.loop.repeat_memory import RecentRecord, from_saved, recent_from_saved
 
 log = logging.getLogger("phalanx.k8s")
 Run = tuple[float, float | None, int]  # counted GPU-seconds, the run's start (None: counted whole), milli-GPU
@@ -46,6 +46,7 @@ class AttainedService:
         self.history_time: float | None = None
         # the repeat guard's memory as saved (phalanx.k8s.loop.repeat_memory): workload -> shape -> when
         self.evictions: dict[str, dict[str, float]] = {}
+        self.recent: list[RecentRecord] = []  # the eviction budgets' hour: (when, workload, queue)
 
     def apply(self, snap: Snapshot, now: float | None = None) -> None:
         """Add earlier runs to every workload's attained service; remember who runs now; with a
@@ -109,6 +110,7 @@ class AttainedService:
             "history": {q: [float(x) for x in v] for q, v in self.history.items()},
             "history_time": self.history_time,
             "evictions": self.evictions,
+            "recent_evictions": [list(r) for r in self.recent],
         }
 
     def load(self, d: dict[str, Any]) -> None:
@@ -127,6 +129,7 @@ class AttainedService:
         t = d.get("history_time")
         self.history_time = float(t) if isinstance(t, int | float) else None
         self.evictions = from_saved(d.get("evictions"))
+        self.recent = recent_from_saved(d.get("recent_evictions"))
 
 
 def _floats(d: Any) -> dict[str, float]:
