@@ -58,6 +58,12 @@ def test_a_preemptor_waits_for_its_one_victim_and_evicts_no_more(kube: Kube) -> 
         kube.create(_classed(pod("high", gpus=1), "vic-high"))
         gone = wait_for("one victim terminating", lambda: _terminating(kube) or None, timeout=20)
         assert len(gone) == 1, gone
+        said = wait_for(
+            "the victim's Preempted Event",
+            lambda: [m for r, m in kube.events(gone[0]) if r == "Preempted"] or None,
+            timeout=5,
+        )
+        assert "preempted by default/high" in said[0], said
         cycles = s.cycles
         wait_for("ten more cycles", lambda: s.cycles >= cycles + 10 or None, timeout=20)
         assert _terminating(kube) == gone, "more victims evicted for one 1-GPU preemptor"
@@ -68,6 +74,7 @@ def test_a_preemptor_waits_for_its_one_victim_and_evicts_no_more(kube: Kube) -> 
         assert _gpus(kube, "high") == held
         time.sleep(1.0)
         assert len(kube.pods()) == 4 and not _terminating(kube)
+        assert [r for r, _ in kube.events(gone[0])].count("Preempted") == 1  # written once, with the eviction
 
 
 def test_a_terminating_pod_keeps_the_gpus_its_annotations_name(kube: Kube) -> None:

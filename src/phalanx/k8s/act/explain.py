@@ -183,13 +183,15 @@ class Explainer:
         held: dict[str, tuple[Hold, ...]] | None = None,
         bound: Collection[str] | None = None,
         broken: dict[str, str] | None = None,
+        told: Collection[str] = (),
     ) -> None:
         """`left_out`: the objects of `world.problems` that are not pods (nodes, queues), by label;
         `insight`: per waiting workload, its start forecast and what would start it now;
         `held`: preemptors whose binds wait for their victims (terminating, or refused by a
         PodDisruptionBudget), with why; `bound`: the pods really bound this cycle (default: every bind);
         `broken`: gangs placed but undone by the act side (a claim or bind the API refused), with why:
-        without an Event their pods would wait with no word."""
+        without an Event their pods would wait with no word; `told`: evicted pods whose Preempted
+        Event the eviction wrote already."""
         budget = [self.max_events]
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
@@ -240,7 +242,7 @@ class Explainer:
                     self._event(b.task, obj, "GPUBackendChosen", said, False, budget)
             for ev in result.evictions:
                 obj = pod_objects.get(ev.task)
-                if obj is not None:
+                if obj is not None and ev.task not in told:
                     self._event(ev.task, obj, "Preempted", ev.reason, True, budget)
             for pend in result.pending:
                 group = world.groups.get(pend.workload)

@@ -410,7 +410,9 @@ class Scheduler:
             nodes = partial(self.store.items, NODES.key)
             self.staging.update(world.snapshot, ahead, nodes, partial(self.store.get, NODES.key), now)
         held = held_preemptors(result, out, binds)
-        self.explainer.write(world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken)
+        self.explainer.write(
+            world, result, scene.pods, ours, left_out, insight, held, out.bound, out.broken, set(out.told)
+        )
         board_cycle(self.board, world, result, out, binds, insight, now)
 
     def _staging_due(self) -> float:
