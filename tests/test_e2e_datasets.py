@@ -216,22 +216,27 @@ def test_bad_credentials_end_in_a_clear_status(kube: Kube, s3: Any, source: Any,
     assert "Dataset default/imagenett does not exist" in told, told
 
 
-def test_a_pod_naming_a_distributed_dataset_is_told_it_cannot_mount_it_yet(
+def test_a_pod_given_the_per_node_mount_of_a_distributed_dataset_is_told(
     kube: Kube, s3: Any, source: Any, tmp_path: Path
 ) -> None:
     """The node agent copies nothing of a distributed Dataset (`phalanx distcache` caches it across
-    the group) and the webhook's per-node mount never fills for it: the pod is told, not left in
-    FailedMount without a word (issue 33)."""
+    the group). A pod the webhook gave the per-node mount (the distributed cache not running) waits
+    for a copy never made: it is told, not left in FailedMount without a word; a pod on the
+    distributed cache's mount is told nothing."""
     prefix, _ = source
     kube.api.create("nodes", node("gpu-f", gpus=8))
     _dataset(kube, s3, prefix, name="spread")
     kube.api.patch(DATASETS, "spread", "default", {"spec": {"cache": "distributed"}})
-    kube.create(pod("spread-reader", node="gpu-f", annotations={keys.DATASET: "spread"}))
+    for name, volume in (("spread-reader", keys.DATASET_VOLUME), ("spread-fuse", "phalanx-distcache")):
+        p = pod(name, node="gpu-f", annotations={keys.DATASET: "spread"})
+        p["spec"]["volumes"] = [{"name": volume, "hostPath": {"path": "/nowhere", "type": "Directory"}}]
+        kube.create(p)
     agent = _agent(kube, "gpu-f", tmp_path / "cache-f", "--once")
     out, _ = agent.communicate(timeout=60)
     assert agent.returncode == 0, out
     (told,) = [m for r, m in kube.events("spread-reader") if r == "DatasetNotCached"]
-    assert "Dataset default/spread is distributed" in told and "spec.cache: node" in told, told
+    assert "Dataset default/spread is distributed" in told and "distcache.enabled" in told, told
+    assert not [m for r, m in kube.events("spread-fuse") if r == "DatasetNotCached"]
     assert not (tmp_path / "cache-f" / "ready" / "default" / "spread").exists()
 
 

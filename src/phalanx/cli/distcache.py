@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +25,13 @@ def distcache(
     concurrent: Annotated[int, typer.Option(min=1, max=256, help="Files fetched in parallel.")] = 8,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between looks.")] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Look once and exit.")] = False,
+    weed: Annotated[
+        str,
+        typer.Option(
+            help="The SeaweedFS `weed` binary (default: beside Python, else on PATH); the chart copies "
+            "it from the SeaweedFS image, so that `weed shell` matches the cluster's version."
+        ),
+    ] = "",
 ) -> None:
     """Mount and cache distributed Datasets in SeaweedFS (one per cluster), report per volume server."""
     from phalanx.node.distcache import DistCache, Weed
@@ -35,11 +44,13 @@ def distcache(
         for flag, addr in (("--master", master), ("--filer", filer)):
             if ":" not in addr:
                 raise SpecError(flag, f"must be host:port; got {addr!r}")
+        if weed and not os.access(weed, os.X_OK):
+            raise SpecError("--weed", f"{weed} is not an executable file")
         try:
-            weed = Weed(master, filer, find_weed())
+            cluster = Weed(master, filer, Path(weed) if weed else find_weed())
         except Unavailable as e:
             raise SpecError("weed", str(e)) from None
-        ctl = DistCache(_client(kubeconfig, in_cluster), weed, region, concurrent)
+        ctl = DistCache(_client(kubeconfig, in_cluster), cluster, region, concurrent)
     signal.signal(signal.SIGTERM, lambda *_: ctl.stop.set())
     if once:
         ctl.look()

@@ -43,6 +43,13 @@ def webhook(
     dataset_mount: Annotated[
         str, typer.Option(help="Where a pod sees its dataset: <this>/<dataset name>.")
     ] = AdapterConfig.dataset_mount,
+    distcache_root: Annotated[
+        str,
+        typer.Option(
+            help="Where the distributed cache's FUSE mount lives on the nodes (the chart's "
+            "distcache.mount.hostPath); set: pods on a distributed Dataset mount it from there.",
+        ),
+    ] = "",
     mps_pipe_directory: opt.MpsPipeDirectory = AdapterConfig.mps_pipe_directory,
     mps_shares: Annotated[
         bool,
@@ -54,7 +61,8 @@ def webhook(
     ] = False,
 ) -> None:
     """Serve the admission webhook: GPU shares, and dataset mounts (Helm chart: webhook.enabled)."""
-    from phalanx.k8s.admission.webhook import CertSource, Webhook
+    from phalanx.k8s.admission.mutation import Distributed
+    from phalanx.k8s.admission.webhook import DATASETS, CertSource, Webhook
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -65,11 +73,13 @@ def webhook(
             raise SpecError("--check-seconds", f"must be > 0, got {check_seconds}")
         api = _connect(kubeconfig, in_cluster)
         source = CertSource(api, namespace, service, cert_dir, tuple(san or ()))
-        flags = (
+        flags: tuple[tuple[str, str], ...] = (
             ("--dataset-root", dataset_root),
             ("--dataset-mount", dataset_mount),
             ("--mps-pipe-directory", mps_pipe_directory),
         )
+        if distcache_root:
+            flags += (("--distcache-root", distcache_root),)
         for flag, value in flags:
             if not value.startswith("/"):
                 raise SpecError(flag, f"must be an absolute path, got {value!r}")
@@ -80,7 +90,10 @@ def webhook(
             mps_pipe_directory=mps_pipe_directory,
             mps_shares=mps_shares,
         )
-        hook = Webhook(source, cfg, port=port)
+        dist = None
+        if distcache_root:
+            dist = Distributed(distcache_root, lambda ns, name: api.get(DATASETS, name, ns))
+        hook = Webhook(source, cfg, port=port, dist=dist)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):

@@ -42,6 +42,7 @@ CACHED = "phalanx.io/cached-datasets"
 STAGING = "phalanx.io/staging-datasets"
 REQUESTS = "phalanx.io/stage-datasets"
 DATASET = "phalanx.io/dataset"
+PER_NODE_VOLUME = "phalanx-dataset"  # the webhook's volume of a per-node copy (k8s.keys.DATASET_VOLUME)
 DatasetRes = create_namespaced_resource("scheduling.phalanx.io", "v1alpha1", "Dataset", "datasets")
 RETRY_S = 30.0
 
@@ -94,6 +95,7 @@ class CacheAgent:
         self.seen_pods: set[str] = set()
         self.told: set[tuple[str, str]] = set()  # (pod uid, reason) a DatasetNotCached Event said
         self.pod_uids: dict[str, str] = {}  # namespace/name -> uid of the pods bound here
+        self.per_node_mount: set[str] = set()  # namespace/name of pods given the per-node hostPath
         self.published: dict[str, str] = {}
         self.metrics.capacity.set(store.capacity)
 
@@ -143,14 +145,16 @@ class CacheAgent:
             self._warn(pods, why)
 
     def _tell_distributed(self, in_use: dict[str, list[str]]) -> None:
-        """Pods here naming a distributed Dataset: the webhook mounts a per-node copy, which is never
-        made for it, and pods cannot mount the distributed cache yet. Said once, not left silent."""
+        """Pods here naming a distributed Dataset that the webhook gave the per-node mount (where the
+        distributed cache does not run, or the Dataset was created after the pod): that copy is never
+        made. Said once, not left silent; a pod on the distributed mount is not told anything."""
         for key, pods in in_use.items():
             why = (
-                f"Dataset {key} is distributed (spec.cache: distributed): pods cannot mount a distributed "
-                "Dataset yet; set spec.cache: node for a per-node copy"
+                f"Dataset {key} is distributed (spec.cache: distributed) but this pod mounts a per-node "
+                "copy, which is never made: run the distributed cache (the Helm chart's distcache.enabled) "
+                "and create the pod again, or set spec.cache: node"
             )
-            self._warn(pods, why)
+            self._warn([p for p in pods if p in self.per_node_mount], why)
 
     def _warn(self, pods: list[str], why: str) -> None:
         for pod in pods:
@@ -210,6 +214,8 @@ class CacheAgent:
                 log.warning("%s", e)
                 continue
             out.setdefault(key, []).append(f"{ns}/{meta.get('name')}")
+            if any(v.get("name") == PER_NODE_VOLUME for v in (p.get("spec") or {}).get("volumes") or []):
+                self.per_node_mount.add(f"{ns}/{meta.get('name')}")
             uid = str(meta.get("uid") or "")
             self.pod_uids[f"{ns}/{meta.get('name')}"] = uid
             if uid and uid not in self.seen_pods:

@@ -32,22 +32,30 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lightkube import Client
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from phalanx.core.errors import SpecError
 from phalanx.node import stager
-from phalanx.node.cacheagent import DatasetRes, open_source, read_secret
+from phalanx.node.cacheagent import DATASET, DatasetRes, open_source, read_secret
 from phalanx.node.objectstore import find_weed
-from phalanx.spec.datasets import Dataset, parse_dataset
+from phalanx.spec.datasets import Dataset, parse_dataset, pod_dataset
 
 log = logging.getLogger("phalanx.distcache")
 ROOT = "/phalanx/datasets"
 _DIR_BIT = 1 << 31  # Go's os.ModeDir in the filer's `Mode`
 RETRY_S = 30.0
+# the scheduling gate the admission webhook puts on a pod whose distributed Dataset is not cached
+# yet (spec.readiness: cached); lifted here once it is (phalanx.k8s.admission.mutation.DATASET_GATE)
+GATE = "phalanx.io/dataset-cached"
+READABLE = ("ready", "degraded")  # every file readable from the cache
 
 
 class WeedError(Exception):
@@ -368,6 +376,7 @@ class DistCache:
         self.stop = threading.Event()
         self.configured: dict[str, tuple[str, ...]] = {}  # remote name -> what it was configured with
         self.failed: dict[str, float] = {}  # key -> when; retried after RETRY_S
+        self.told: set[tuple[str, str]] = set()  # (pod uid, state) a held pod was told of
 
     def look(self) -> None:
         datasets: dict[str, Dataset] = {}
@@ -389,7 +398,8 @@ class DistCache:
             if self.stop.is_set():
                 return
             if now - self.failed.get(key, -1e9) >= RETRY_S:
-                self.sync(ds)
+                summary = self.sync(ds)
+                self.release(ds, summary)
 
     def run(self, interval: float) -> None:
         while not self.stop.is_set():
@@ -430,6 +440,54 @@ class DistCache:
             len(summary.servers),
         )
         return summary
+
+    def release(self, ds: Dataset, summary: Summary) -> None:
+        """Pods held for this Dataset (the webhook's scheduling gate): let them go once every file
+        is readable from the cache, else tell each once per state why it still waits."""
+        try:
+            pods = [p.to_dict() for p in self.client.list(Pod, namespace=ds.namespace)]
+        except Exception as e:
+            log.warning("dataset %s: pods not listed: %s", ds.key, e)
+            return
+        for p in pods:
+            meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+            gates = [g for g in spec.get("schedulingGates") or [] if isinstance(g, dict)]
+            named = (meta.get("annotations") or {}).get(DATASET)
+            if not named or not any(g.get("name") == GATE for g in gates):
+                continue
+            if pod_dataset(str(named), ds.namespace) != ds.key:
+                continue
+            name, uid = str(meta.get("name")), str(meta.get("uid") or "")
+            try:
+                if summary.state in READABLE:
+                    rest = [g for g in gates if g.get("name") != GATE]
+                    patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": rest}]
+                    self.client.patch(Pod, name, patch, namespace=ds.namespace, patch_type=PatchType.JSON)
+                    log.info("dataset %s: cached; pod %s/%s may start", ds.key, ds.namespace, name)
+                    self._tell(
+                        ds.namespace, name, uid, "Normal", "DatasetCached", f"Dataset {ds.key} is cached"
+                    )
+                elif (uid, summary.state) not in self.told:
+                    self.told.add((uid, summary.state))
+                    self._tell(ds.namespace, name, uid, *_waiting(ds, summary))
+            except Exception as e:  # the pod may be gone; the next look tries again
+                log.warning("dataset %s: pod %s/%s: %s", ds.key, ds.namespace, name, e)
+
+    def _tell(self, ns: str, pod: str, uid: str, kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC)
+        self.client.create(
+            Event(
+                metadata=ObjectMeta(generateName=f"{pod}.", namespace=ns),
+                involvedObject=ObjectReference(kind="Pod", namespace=ns, name=pod, uid=uid, apiVersion="v1"),
+                reason=reason,
+                message=message,
+                type=kind,
+                source=EventSource(component="phalanx-distcache"),
+                firstTimestamp=now,
+                lastTimestamp=now,
+                count=1,
+            )
+        )
 
     def _listing(self, fs: Any, root: str, ds: Dataset) -> list[stager.RemoteFile]:
         files = stager.list_source(fs, root, "", ds.spec.source)
@@ -523,6 +581,19 @@ class DistCache:
             self.client.patch(DatasetRes.Status, name, body, namespace=ns, patch_type=PatchType.MERGE)
         except Exception as e:  # the Dataset may be gone
             log.debug("dataset %s/%s: status not written: %s", ns, name, e)
+
+
+def _waiting(ds: Dataset, s: Summary) -> tuple[str, str, str]:
+    """(type, reason, message) of the Event on a pod held for `ds`."""
+    if s.state == "failed":
+        return "Warning", "DatasetNotCached", f"Dataset {ds.key} cannot be cached: {s.reason}"
+    done = f"{s.cached_files} of {s.files} files cached" if s.files else "listing the source"
+    return (
+        "Normal",
+        "WaitingForDataset",
+        f"Dataset {ds.key} is {s.state} ({done}): the pod starts once every file is cached "
+        "(spec.readiness: cached; readThrough would start it at once)",
+    )
 
 
 def _failed(reason: str) -> Summary:

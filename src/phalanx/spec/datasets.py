@@ -20,6 +20,9 @@ GROUP_VERSION = "scheduling.phalanx.io/v1alpha1"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https", "file")
 CACHE_MODES = ("node", "distributed")
+# distributed only: a pod waits until every file is cached (cached), or starts at once and reads
+# what is not cached yet through the engine from the source (readThrough)
+READINESS_MODES = ("cached", "readThrough")
 MAX_REPLICAS = 3  # SeaweedFS replication "00N": at most 3 more copies in a rack; 3 in all is plenty
 
 
@@ -42,6 +45,7 @@ class DatasetSpec(BaseModel):
     # group's volume servers (phalanx distcache, SeaweedFS), for datasets larger than a node
     cache: str = "node"
     replicas: int | None = None  # copies of each chunk in the group (distributed only; default 2)
+    readiness: str | None = None  # when a pod may start (distributed only; default cached)
 
 
 class Dataset(BaseModel):
@@ -62,6 +66,11 @@ class Dataset(BaseModel):
     def copies(self) -> int:
         """Copies of each chunk in the cache group (1 for per-node copies: each node has its own)."""
         return self.spec.replicas or (2 if self.distributed else 1)
+
+    @property
+    def read_through(self) -> bool:
+        """Pods start before the whole dataset is cached and read the rest through the engine."""
+        return self.spec.readiness == "readThrough"
 
     @property
     def protocol(self) -> str:
@@ -116,11 +125,19 @@ def _check_cache(spec: DatasetSpec, where: str) -> None:
             f"{where}: spec.cache", f"must be one of {', '.join(CACHE_MODES)}; got {spec.cache!r}"
         )
     if spec.cache == "node":
-        if spec.replicas is not None:
-            raise SpecError(
-                f"{where}: spec.replicas", "only a distributed cache (spec.cache: distributed) has replicas"
-            )
+        for field, value in (("replicas", spec.replicas), ("readiness", spec.readiness)):
+            if value is not None:
+                raise SpecError(
+                    f"{where}: spec.{field}",
+                    f"only a distributed cache (spec.cache: distributed) has {field}; "
+                    "a per-node copy is always whole before a pod starts",
+                )
         return
+    if spec.readiness is not None and spec.readiness not in READINESS_MODES:
+        raise SpecError(
+            f"{where}: spec.readiness",
+            f"must be one of {', '.join(READINESS_MODES)}; got {spec.readiness!r}",
+        )
     if not spec.source.startswith("s3://"):
         raise SpecError(
             f"{where}: spec.source",

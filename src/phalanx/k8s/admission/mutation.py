@@ -18,14 +18,20 @@ profile may pick MPS) gets the node's MPS pipe directory mounted at the same pat
 names it in the share's CUDA_MPS_PIPE_DIRECTORY.
 
 A pod that names a dataset (`phalanx.io/dataset`) gets the node's cached copy mounted read-only
-(docs/datasets.md: why a hostPath of type Directory, and not a CSI volume).
+(docs/datasets.md: why a hostPath of type Directory, and not a CSI volume). Where the distributed
+cache runs (`Distributed`), a pod naming a distributed Dataset gets instead the Dataset's folder in
+the node's FUSE mount of the engine, at the same path; with `spec.readiness: cached` (the default)
+it is held by a scheduling gate that `phalanx distcache` lifts once every file is cached.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from phalanx.core.errors import SpecError
@@ -33,12 +39,31 @@ from phalanx.core.model import MILLI, MPS_BACKEND, GpuKind
 from phalanx.k8s import keys
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.pods import dataset_of, parse_pod
-from phalanx.spec.datasets import dataset_key
+from phalanx.spec.datasets import dataset_key, parse_dataset
+
+log = logging.getLogger(__name__)
 
 HAMI_RESOURCES = (keys.HAMI_GPUMEM, keys.HAMI_GPUMEM_PERCENT, "nvidia.com/gpucores", keys.GPU_RESOURCE)
 DATASET_VOLUME = keys.DATASET_VOLUME
 DATASET_ENV = "PHALANX_DATASET_DIR"
 MPS_VOLUME = "phalanx-mps-pipe"
+# a distributed Dataset's folder in the node's FUSE mount: a name of its own, so that the scheduler
+# does not ask for a node with a per-node cache agent (keys.DATASET_VOLUME)
+DISTRIBUTED_VOLUME = "phalanx-distcache"
+# the scheduling gate of a pod whose distributed Dataset is not cached yet (spec.readiness: cached)
+DATASET_GATE = "phalanx.io/dataset-cached"
+READY_STATES = ("ready", "degraded")  # every file readable from the cache (degraded: a copy short)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where the distributed cache runs: the host folder its FUSE mounts are made in (`<root>/fs` is
+    the filer's dataset tree) and a way to read a Dataset (namespace, name -> object or None)."""
+
+    root: str
+    dataset: Callable[[str, str], dict[str, Any] | None]
+
+
 _MAX_BASE = 40  # ConfigMap names stay well under 63 characters (some tools mount them as volumes)
 
 
@@ -73,7 +98,9 @@ def _hami(container: dict[str, Any]) -> bool:
     return keys.HAMI_GPUMEM in asked or keys.HAMI_GPUMEM_PERCENT in asked
 
 
-def mutate(pod: dict[str, Any], namespace: str, cfg: AdapterConfig) -> dict[str, Any] | None:
+def mutate(
+    pod: dict[str, Any], namespace: str, cfg: AdapterConfig, dist: Distributed | None = None
+) -> dict[str, Any] | None:
     """The mutated pod, or None when it needs nothing. Raises SpecError for a request Phalanx
     cannot read (the webhook denies the pod with that message: the user sees it at once)."""
     spec = pod.get("spec") or {}
@@ -84,7 +111,7 @@ def mutate(pod: dict[str, Any], namespace: str, cfg: AdapterConfig) -> dict[str,
     meta.setdefault("namespace", namespace)
     where = f"pod {namespace}/{meta.get('name') or meta.get('generateName', '')}"
     shared = _share(obj, namespace, cfg, where)
-    mounted = _mount_dataset(obj, namespace, cfg, where)
+    mounted = _mount_dataset(obj, namespace, cfg, where, dist)
     return obj if shared or mounted else None
 
 
@@ -139,10 +166,13 @@ def _mount_mps(spec: dict[str, Any], targets: list[int], cfg: AdapterConfig) -> 
             mounts.append({"name": MPS_VOLUME, "mountPath": cfg.mps_pipe_directory})
 
 
-def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str) -> bool:
+def _mount_dataset(
+    obj: dict[str, Any], namespace: str, cfg: AdapterConfig, where: str, dist: Distributed | None
+) -> bool:
     """`phalanx.io/dataset`: the node's cached copy, read-only, at `<dataset_mount>/<name>` in every
     container. The hostPath is of type Directory: the copy appears there in one rename once it is
-    complete and verified, and until then kubelet does not start the pod (FailedMount, retried)."""
+    complete and verified, and until then kubelet does not start the pod (FailedMount, retried).
+    A distributed Dataset (where `dist` is given): its folder in the node's FUSE mount instead."""
     notes = {str(k): str(v) for k, v in (obj["metadata"].get("annotations") or {}).items()}
     key = dataset_of(notes, namespace)
     if not key:
@@ -154,10 +184,20 @@ def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, wher
         raise SpecError(w, f"dataset {key!r} is in another namespace; a pod may use the Datasets of its own")
     spec = obj["spec"]
     volumes = spec.setdefault("volumes", [])
-    if any(v.get("name") == DATASET_VOLUME for v in volumes):
+    if any(v.get("name") in (DATASET_VOLUME, DISTRIBUTED_VOLUME) for v in volumes):
         return False  # already mutated (a reinvocation)
+    volume = DATASET_VOLUME
     path = f"{cfg.dataset_root.rstrip('/')}/ready/{key}"
-    volumes.append({"name": DATASET_VOLUME, "hostPath": {"path": path, "type": "Directory"}})
+    ds = _distributed(dist, ns, name, w)
+    if dist is not None and ds is not None:
+        # the folder exists once `phalanx distcache` has mounted the source (kubelet waits till then)
+        volume, path = DISTRIBUTED_VOLUME, f"{dist.root.rstrip('/')}/fs/{key}"
+        state = str(((ds.get("status") or {}).get("distributed") or {}).get("state") or "")
+        if (ds.get("spec") or {}).get("readiness") != "readThrough" and state not in READY_STATES:
+            gates = spec.setdefault("schedulingGates", [])
+            if not any(g.get("name") == DATASET_GATE for g in gates):
+                gates.append({"name": DATASET_GATE})
+    volumes.append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
     mount_path = f"{cfg.dataset_mount.rstrip('/')}/{name}"
     for part in ("initContainers", "containers"):
         for c in spec.get(part) or []:
@@ -166,7 +206,7 @@ def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, wher
                     f"{where}: container {c.get('name')}", f"already mounts something at {mount_path}"
                 )
             c.setdefault("volumeMounts", []).append(
-                {"name": DATASET_VOLUME, "mountPath": mount_path, "readOnly": True}
+                {"name": volume, "mountPath": mount_path, "readOnly": True}
             )
             env = c.setdefault("env", [])
             if not any(e.get("name") == DATASET_ENV for e in env):
@@ -174,7 +214,24 @@ def _mount_dataset(obj: dict[str, Any], namespace: str, cfg: AdapterConfig, wher
     return True
 
 
-def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
+def _distributed(dist: Distributed | None, ns: str, name: str, where: str) -> dict[str, Any] | None:
+    """The Dataset when it is distributed and the distributed cache runs here, else None. A
+    Dataset that cannot be read from the API leaves the pod on the per-node path (said in the log);
+    one that is malformed refuses the pod with the Dataset's own error."""
+    if dist is None:
+        return None
+    try:
+        obj = dist.dataset(ns, name)
+    except Exception as e:  # the API unreachable: the pod is not refused for it
+        log.warning("%s: Dataset %s/%s not read (%s); mounting the per-node copy", where, ns, name, e)
+        return None
+    if obj is None or (obj.get("spec") or {}).get("cache") != "distributed":
+        return None
+    parse_dataset(obj)  # SpecError names the Dataset and its field
+    return obj
+
+
+def review(body: dict[str, Any], cfg: AdapterConfig, dist: Distributed | None = None) -> dict[str, Any]:
     """An AdmissionReview request -> its response (admission.k8s.io/v1)."""
     req = body.get("request") or {}
     uid = req.get("uid", "")
@@ -185,7 +242,7 @@ def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
     if kind != "Pod" or req.get("operation") != "CREATE" or not isinstance(pod, dict):
         return out
     try:
-        new = mutate(pod, str(req.get("namespace") or "default"), cfg)
+        new = mutate(pod, str(req.get("namespace") or "default"), cfg, dist)
     except SpecError as e:
         resp.update(allowed=False, status={"code": 400, "reason": "BadRequest", "message": str(e)})
         return out
@@ -195,7 +252,7 @@ def review(body: dict[str, Any], cfg: AdapterConfig) -> dict[str, Any]:
         {"op": "add", "path": "/metadata/annotations", "value": new["metadata"].get("annotations") or {}},
         {"op": "replace", "path": "/spec/containers", "value": new["spec"]["containers"]},
     ]
-    for part in ("initContainers", "volumes"):
+    for part in ("initContainers", "volumes", "schedulingGates"):
         if new["spec"].get(part):
             patch.append({"op": "add", "path": f"/spec/{part}", "value": new["spec"][part]})
     resp["patchType"] = "JSONPatch"

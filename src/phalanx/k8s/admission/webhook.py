@@ -24,9 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from phalanx.k8s import certs
-from phalanx.k8s.admission.mutation import review
+from phalanx.k8s.admission.mutation import Distributed, review
 from phalanx.k8s.client.api import Api, Conflict
-from phalanx.k8s.client.kinds import SECRETS, WEBHOOK_CONFIGS
+from phalanx.k8s.client.kinds import SECRETS, WEBHOOK_CONFIGS, Kind
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.view.server import listening
 
@@ -34,6 +34,10 @@ log = logging.getLogger("phalanx.webhook")
 WEBHOOK_CONFIG = "phalanx-gpu-shares"
 SECRET = "phalanx-webhook-tls"
 RENEW_BEFORE = dt.timedelta(days=30)
+
+
+# read by the webhook where the distributed cache runs: is a pod's Dataset distributed, is it cached
+DATASETS = Kind("scheduling.phalanx.io", "v1alpha1", "datasets", True, "Dataset")
 
 
 @dataclass
@@ -153,7 +157,12 @@ class Webhook:
     """The TLS server; `refresh()` reloads its certificate when the source has a new one."""
 
     def __init__(
-        self, source: CertSource, cfg: AdapterConfig, host: str = "0.0.0.0", port: int = 8443
+        self,
+        source: CertSource,
+        cfg: AdapterConfig,
+        host: str = "0.0.0.0",
+        port: int = 8443,
+        dist: Distributed | None = None,
     ) -> None:
         self.source = source
         self.cfg = cfg
@@ -162,7 +171,7 @@ class Webhook:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         self.refresh()
-        self.server = listening(_Server, host, port, _handler(cfg))
+        self.server = listening(_Server, host, port, _handler(cfg, dist))
         self.server.daemon_threads = True
         self.server.socket = self.ctx.wrap_socket(
             self.server.socket, server_side=True, do_handshake_on_connect=False
@@ -210,7 +219,7 @@ def _path(target: str) -> str:
     return urlsplit(target).path
 
 
-def _handler(cfg: AdapterConfig) -> type[BaseHTTPRequestHandler]:
+def _handler(cfg: AdapterConfig, dist: Distributed | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)
@@ -225,7 +234,7 @@ def _handler(cfg: AdapterConfig) -> type[BaseHTTPRequestHandler]:
             try:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n))
-                out = review(body, cfg)
+                out = review(body, cfg, dist)
             except (ValueError, AttributeError) as e:
                 self._send(400, f"bad AdmissionReview: {e}\n".encode(), "text/plain")
                 return
