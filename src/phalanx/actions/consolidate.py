@@ -14,6 +14,7 @@ import numpy as np
 
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.cluster import DeviceAssignment
+from phalanx.core.feasibility import may_host
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
@@ -183,7 +184,8 @@ class Consolidate:
         ]
         evicted: list[Allocation] = []
         for a in self.eviction_order(s, i, req, movers):
-            if len(session.candidates(task, here).candidates):
+            # the scalar look first: most moves leave the node still short, and then no filter runs
+            if may_host(s, req, i) and len(session.candidates(task, here).candidates):
                 break
             if len(evicted) >= budget:
                 stmt.rollback(start)

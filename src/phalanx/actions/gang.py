@@ -10,7 +10,7 @@ from phalanx.actions import subgroups
 from phalanx.actions.said import asked, free, plural
 from phalanx.core.decisions import Reason
 from phalanx.core.extension import Domain
-from phalanx.core.feasibility import node_capacity
+from phalanx.core.feasibility import capacity_of
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -93,12 +93,13 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
     bounds = node_bounds(session.profile.filters) if filtered else []
     total = 0
     for req, task, n in counts.values():
-        cap = node_capacity(session.snapshot, req)
+        cap, room = capacity_of(session.snapshot, req, session.memo)
         for f in bounds:
             out = f.excluded(session, task)
             if out is not None:
                 cap = np.where(out, 0, cap)
-        total += min(n, int(cap.sum()))
+                room = int(cap.sum())
+        total += min(n, room)
     return total
 
 

@@ -132,8 +132,31 @@ def aligned(now: float, lower: float, needed: list[Victim], window: float) -> fl
 
 
 def as_victim(session: Session, entry: WorkloadEntry) -> Victim:
-    allocs = tuple(sorted(entry.bound.values(), key=lambda a: (-a.since, a.task.name)))
-    return Victim(entry, allocs, lost_work(session, entry, allocs), False, run_start(entry))
+    """The running workload as one victim, whole; kept for the cycle while its tasks stay bound.
+
+    A held preemptor asks this of every guarded workload of its queue, each cycle and preemptor
+    anew; what it says (the allocations, the work lost by the session's clock) changes only when
+    the workload's allocations do, and a what-if that evicts them puts the same ones back.
+    """
+    memo = session.memo.get("as-victim")
+    kept: dict[int, Victim]
+    if isinstance(memo, dict):
+        kept = memo
+    else:
+        kept = session.memo["as-victim"] = {}
+    hit = kept.get(id(entry))
+    bound = entry.bound
+    if (
+        hit is not None
+        and hit.entry is entry
+        and len(hit.allocs) == len(bound)
+        and all(bound.get(a.task.name) is a for a in hit.allocs)
+    ):
+        return hit
+    allocs = tuple(sorted(bound.values(), key=lambda a: (-a.since, a.task.name)))
+    v = Victim(entry, allocs, lost_work(session, entry, allocs), False, run_start(entry))
+    kept[id(entry)] = v
+    return v
 
 
 def held_back(

@@ -84,6 +84,24 @@ def gpu_usable(c: ClusterState, rows: IntArray, req: TaskRequest) -> BoolArray:
     return np.zeros((len(rows), c.max_gpus), dtype=np.bool_)
 
 
+def gpu_usable_on(c: ClusterState, i: int, req: TaskRequest) -> BoolArray:
+    """`gpu_usable` for node i alone (one row): asked once per placement, on the node picked.
+
+    A whole-GPU ask that names no model is checked on the node's row directly (no fancy
+    indexing), with `gpu_usable`'s verdicts (a GPU of kind shared is never absent).
+    """
+    g = req.gpu
+    if g.kind is GpuKind.WHOLE and not req.gpu_models:
+        out: BoolArray = (
+            (c.gpu_kind[i] == KIND_SHARED)
+            & (c.gpu_milli_free[i] == MILLI)
+            & (c.gpu_mem_free[i] == c.gpu_mem_cap[i])
+        )
+        return out
+    row: BoolArray = gpu_usable(c, np.array([i], dtype=np.int64), req)[0]
+    return row
+
+
 def share_mode_ok(c: ClusterState, rows: IntArray, backend: str) -> BoolArray:
     """Per-GPU: may a share of this backend go there? A GPU serves MPS clients or time-slice
     shares, never both (an MPS server holds its GPU in exclusive-process mode)."""
@@ -192,23 +210,25 @@ def choose_whole(
     c: ClusterState, i: int, usable: BoolArray, d: int, prefer_pcie: Sequence[int] = ()
 ) -> list[int]:
     """d free GPUs, packed into one PCIe switch, else one NVLink group, else the fewest groups."""
-    pos = [int(j) for j in np.nonzero(usable)[0]]
+    pos: list[int] = np.flatnonzero(usable).tolist()
     if len(pos) <= d:
         return pos[:d]
-    pcie = [int(c.gpu_pcie[i, j]) for j in pos]
+    row_pcie: list[int] = c.gpu_pcie[i].tolist()  # one conversion, not one numpy scalar per GPU
+    pcie = [row_pcie[j] for j in pos]
     if prefer_pcie:
         preferred = [p for p, k in zip(pos, pcie, strict=True) if k in prefer_pcie]
-        pick = _group_pick(preferred, [int(c.gpu_pcie[i, j]) for j in preferred], d)
+        pick = _group_pick(preferred, [row_pcie[j] for j in preferred], d)
         if pick is not None:
             return pick
-    for keys in (pcie, [int(c.gpu_nvlink[i, j]) for j in pos]):
+    row_nvlink: list[int] = c.gpu_nvlink[i].tolist()
+    for keys in (pcie, [row_nvlink[j] for j in pos]):
         pick = _group_pick(pos, keys, d)
         if pick is not None:
             return pick
     # spread over the fewest NVLink groups: largest groups first
     groups: dict[int, list[int]] = {}
     for j in pos:
-        groups.setdefault(int(c.gpu_nvlink[i, j]), []).append(j)
+        groups.setdefault(row_nvlink[j], []).append(j)
     out: list[int] = []
     for g in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
         out.extend(g[: d - len(out)])
@@ -236,9 +256,8 @@ def charge(c: ClusterState, i: int, gpus: Sequence[int], g: GpuRequest) -> Devic
 
 def _charge(c: ClusterState, i: int, gl: tuple[int, ...], g: GpuRequest) -> DeviceAssignment:
     if g.kind is GpuKind.WHOLE:
-        return DeviceAssignment(
-            gpus=gl, milli=MILLI, gpu_memory_mib=tuple(int(c.gpu_mem_cap[i, j]) for j in gl), whole=True
-        )
+        row: list[int] = c.gpu_mem_cap[i].tolist()
+        return DeviceAssignment(gpus=gl, milli=MILLI, gpu_memory_mib=tuple(row[j] for j in gl), whole=True)
     if g.kind is GpuKind.FRACTION:
         return DeviceAssignment(
             gpus=gl,

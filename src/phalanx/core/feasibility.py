@@ -11,7 +11,7 @@ import numpy as np
 from phalanx.core import drafit, numa
 from phalanx.core.cluster import KIND_MIG, KIND_SHARED, BoolArray, ClusterState, IntArray
 from phalanx.core.decisions import Reason
-from phalanx.core.devices import gpu_usable, model_ok
+from phalanx.core.devices import gpu_usable, gpu_usable_on, model_ok
 from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, TaskRequest
 from phalanx.core.snapshot import Snapshot
 
@@ -41,7 +41,7 @@ class Candidates:
         """Per-GPU usability of candidate k (array positions of its node)."""
         row = self._rows.get(k)
         if row is None:
-            row = gpu_usable(self.cluster, self.nodes[k : k + 1], self.request)[0]
+            row = gpu_usable_on(self.cluster, int(self.nodes[k]), self.request)
             self._rows[k] = row
         return row
 
@@ -291,31 +291,93 @@ def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) ->
 UNBOUNDED = 1 << 30
 
 
-def node_capacity(s: Snapshot, req: TaskRequest) -> IntArray:
-    """How many tasks of `req` each node could still take (an upper bound, cheap to compute)."""
+def node_capacity(s: Snapshot, req: TaskRequest, rows: Rows = ALL) -> IntArray:
+    """How many tasks of `req` each node (of `rows`, all by default) could still take (an upper
+    bound, cheap to compute). Each node's figure depends on that node alone."""
     c = s.cluster
-    cap = np.full(len(c), UNBOUNDED, dtype=np.int64)
+    cpu_free = c.cpu_free[rows]
+    cap = np.full(len(cpu_free), UNBOUNDED, dtype=np.int64)
     if req.cpu_milli:
-        cap = np.minimum(cap, c.cpu_free // req.cpu_milli)
+        cap = np.minimum(cap, cpu_free // req.cpu_milli)
     if req.memory_mib:
-        cap = np.minimum(cap, c.mem_free // req.memory_mib)
+        cap = np.minimum(cap, c.mem_free[rows] // req.memory_mib)
     if req.claims:  # devices are the allocator's: no bound from the GPU arrays
-        ok = c.node_ready & s.static_mask(req)
+        ok = c.node_ready[rows] & s.static_mask(req)[rows]
         return np.asarray(np.where(ok, cap, 0), dtype=np.int64)
     g = req.gpu
     if g.kind is GpuKind.WHOLE:
-        cap = np.minimum(cap, c.gpu_whole_free // g.devices)
+        cap = np.minimum(cap, c.gpu_whole_free[rows] // g.devices)
     elif on_mig(g):  # shares plus MIG instances (at most 7 a GPU)
-        share = c.gpu_milli_free // g.milli if g.kind is GpuKind.FRACTION else c.gpu_mem_free // g.memory_mib
-        mig = ((c.gpu_kind == KIND_MIG) & (c.mig_compute < 7)) * 7
+        share = (
+            c.gpu_milli_free[rows] // g.milli
+            if g.kind is GpuKind.FRACTION
+            else c.gpu_mem_free[rows] // g.memory_mib
+        )
+        mig = ((c.gpu_kind[rows] == KIND_MIG) & (c.mig_compute[rows] < 7)) * 7
         cap = np.minimum(cap, (share + mig).sum(axis=1))
     elif g.kind is GpuKind.FRACTION:
-        cap = np.minimum(cap, (c.gpu_milli_free // g.milli).sum(axis=1) // g.devices)
+        cap = np.minimum(cap, (c.gpu_milli_free[rows] // g.milli).sum(axis=1) // g.devices)
     elif g.kind is GpuKind.MEMORY:
-        cap = np.minimum(cap, (c.gpu_mem_free // g.memory_mib).sum(axis=1) // g.devices)
+        cap = np.minimum(cap, (c.gpu_mem_free[rows] // g.memory_mib).sum(axis=1) // g.devices)
     elif g.kind is GpuKind.MIG:
-        cap = np.minimum(cap, ((c.gpu_kind == KIND_MIG) & (c.mig_compute < 7)).sum(axis=1) * 7)
+        cap = np.minimum(cap, ((c.gpu_kind[rows] == KIND_MIG) & (c.mig_compute[rows] < 7)).sum(axis=1) * 7)
     if req.rdma_nics:
-        cap = np.minimum(cap, c.nic_free.sum(axis=1) // req.rdma_nics)
-    ok = c.node_ready & s.static_mask(req)
+        cap = np.minimum(cap, c.nic_free[rows].sum(axis=1) // req.rdma_nics)
+    ok = c.node_ready[rows] & s.static_mask(req)[rows]
     return np.asarray(np.where(ok, cap, 0), dtype=np.int64)
+
+
+CAPACITY_MEMO = "node-capacity"
+CATCH_UP_MAX = 64  # changes logged since: beyond this a capacity is worked out anew
+CAPACITY_KEPT = 256  # requests kept per memo
+
+
+def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tuple[IntArray, int]:
+    """`node_capacity(s, req)` and its sum, kept in `memo` (a session's, so for one cycle).
+
+    Upper bounds are asked after every victim an eviction loop tries, when one or two nodes
+    changed: the nodes changed since (the cluster's change log) are worked out again, the rest
+    kept. The same integers as `node_capacity`; read-only (a caller may hold an older one).
+    """
+    table = memo.get(CAPACITY_MEMO)
+    if not isinstance(table, dict):
+        table = memo[CAPACITY_MEMO] = {}
+    c = s.cluster
+    mark = c.mark()
+    hit = table.get(id(req))
+    if hit is not None and hit[0] is req:
+        _, cap, total, at = hit
+        if at == mark:
+            return cap, total
+        if at[1] == mark[1] and mark[2] - at[2] <= CATCH_UP_MAX:
+            rows = np.array(c.changed_since(at), dtype=np.int64)
+            if len(rows):
+                new = node_capacity(s, req, rows)
+                total += sum(new.tolist()) - sum(cap[rows].tolist())  # a node or two: no numpy sums
+                cap = cap.copy()
+                cap[rows] = new
+                cap.flags.writeable = False
+            table[id(req)] = (req, cap, total, mark)
+            return cap, total
+    cap = node_capacity(s, req)
+    cap.flags.writeable = False
+    total = int(cap.sum())
+    if len(table) >= CAPACITY_KEPT:
+        table.clear()
+    table[id(req)] = (req, cap, total, mark)
+    return cap, total
+
+
+def may_host(s: Snapshot, req: TaskRequest, i: int) -> bool:
+    """False only if `find_candidates` would leave node i out (its aggregate checks, scalar).
+
+    A cheap first look where one node is asked about many times (consolidate asks after every
+    move); True says nothing: the full check decides then.
+    """
+    if req.claims:
+        return True
+    c = s.cluster
+    if not c.node_ready[i] or c.cpu_free[i] < req.cpu_milli or c.mem_free[i] < req.memory_mib:
+        return False
+    g = req.gpu
+    return not (g.kind is GpuKind.WHOLE and c.gpu_whole_free[i] < g.devices)

@@ -121,11 +121,13 @@ class WorkloadEntry:
         key = self.cache.get("demand")
         if key is None:
             w = self.workload
-            key = (
-                tuple((ps.request.shape_key, ps.count) for ps in w.podsets),
-                w.gang_size,
-                w.topology,
-                w.subgroups,
+            key = HashedKey(
+                (
+                    tuple((ps.request.shape_key, ps.count) for ps in w.podsets),
+                    w.gang_size,
+                    w.topology,
+                    w.subgroups,
+                )
             )
             self.cache["demand"] = key
         return key  # type: ignore[return-value]
@@ -146,6 +148,24 @@ class WorkloadEntry:
     @property
     def is_complete(self) -> bool:
         return len(self.bound) == len(self.tasks)
+
+
+class HashedKey(tuple):  # type: ignore[type-arg]
+    """A tuple that works out its hash once: a demand key is a deep tuple of frozen dataclasses
+    (each hashed in Python), looked up at every bind and unbind. Equal, and hashed, as the plain
+    tuple; pickled as one (a hash is only good in the process that made it)."""
+
+    _hash: int
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = tuple.__hash__(self)
+            return h
+
+    def __reduce__(self) -> tuple[type[HashedKey], tuple[tuple[object, ...]]]:
+        return (HashedKey, (tuple(self),))
 
 
 @dataclass(slots=True)

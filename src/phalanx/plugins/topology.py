@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterator
 import numpy as np
 
 from phalanx.core.extension import SCORES_ZERO, ClassKeyed, Domain, FloatArray, PlacementContext
-from phalanx.core.feasibility import UNBOUNDED, node_capacity
+from phalanx.core.feasibility import UNBOUNDED, capacity_of, node_capacity
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Snapshot, WorkloadEntry
@@ -51,12 +51,18 @@ class TopologyPlanner:
         else:
             yield Domain("cluster", "", None)
             return
-        groups: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+        # by request object first (a gang's tasks mostly share one), then by shape, in order of
+        # first appearance: a shape key is a deep tuple, hashed anew each time
+        by_id: dict[int, tuple[TaskRequest, int]] = {}
         for t in tasks:
-            key = t.request.shape_key
-            req, n = groups.get(key, (t.request, 0))
-            groups[key] = (session.effective(req), n + 1)
-        caps = [(node_capacity(s, req), n) for req, n in groups.values()]
+            had = by_id.get(id(t.request))
+            by_id[id(t.request)] = (t.request, 1 if had is None else had[1] + 1)
+        groups: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+        for r, k in by_id.values():
+            key = r.shape_key
+            same = groups.get(key)
+            groups[key] = (session.effective(r), k) if same is None else (same[0], same[1] + k)
+        caps = [(capacity_of(s, req, session.memo)[0], n) for req, n in groups.values()]
         required = constraint is not None and constraint.required
         for level in try_levels:
             dom = s.domains(level)
@@ -89,9 +95,15 @@ class GangAffinityScorer(ClassKeyed):
     name = "gang-affinity"
 
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
-        """Every node scores 0 until the task's workload has members placed; then the full pass."""
+        """Every node scores 0 until the task's workload has members placed; then a node's score
+        depends on that node alone (whether it runs a member) and the workload, the key.
+
+        A member comes to or leaves a node only by a bind or an unbind there, which stamps the node
+        (`ClusterState._touch`), so a class keyed by the workload recomputes exactly the nodes whose
+        bonus changed: the gang's later tasks share one pass instead of a full pass each.
+        """
         entry = session.snapshot.workloads.get(task.workload)
-        return None if entry is not None and entry.bound else SCORES_ZERO
+        return ("members of", task.workload) if entry is not None and entry.bound else SCORES_ZERO
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         s = ctx.session.snapshot
