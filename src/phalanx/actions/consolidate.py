@@ -219,12 +219,13 @@ class Consolidate:
         # its profile's filters kept it off (say, an untouched GPU kept for whole-GPU tasks)
         short = bool(c.cpu_free[i] < req.cpu_milli or c.mem_free[i] < req.memory_mib)
         plans: list[tuple[int, int, list[Allocation]]] = []
+        free_row: list[int] = c.gpu_milli_free[i].tolist()  # one conversion, not a numpy scalar per GPU
         for d in range(int(c.gpu_count[i])):
             on = sorted(
                 (a for a in movers if d in a.devices.gpus),
                 key=lambda a: (-device_milli(a.devices), a.task.name),
             )
-            free = int(c.gpu_milli_free[i, d])
+            free = free_row[d]
             chosen: list[Allocation] = []
             for a in on:
                 if free >= per:

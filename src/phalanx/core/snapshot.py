@@ -805,7 +805,7 @@ class Snapshot:
         )
         if self.queues is not None:
             self._use(q, self.alloc_vector(alloc))
-            self._add_vec(self.queue_pending, q, -self.request_vector(alloc.task.request))
+            self._sub_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
 
     def _unbind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:
         entry = entry or self.workloads[alloc.task.workload]
@@ -830,22 +830,33 @@ class Snapshot:
         q = entry.workload.queue
         self.queue_gpu_milli[q] -= alloc.devices.milli * len(alloc.devices.gpus)
         if self.queues is not None:
-            self._use(q, -self.alloc_vector(alloc))
+            self._use(q, self.alloc_vector(alloc), minus=True)
             self._add_vec(self.queue_pending, q, self.request_vector(alloc.task.request))
 
     # ----------------------------------------------------------------- queue accounting
-    def _use(self, queue: str, v: Vector) -> None:
-        assert self.queues is not None
-        self._add_vec(self.queue_usage, queue, v)
+    def _use(self, queue: str, v: Vector, minus: bool = False) -> None:
+        """Add `v` to the queue's usage (subtract it with `minus`: x - v is x + (-v) to the bit,
+        without a negated copy of v at every unbind)."""
+        tree = self.queues
+        assert tree is not None
+        step = self._sub_vec if minus else self._add_vec
+        step(self.queue_usage, queue, v)
         self.usage_version += 1
-        self.usage_total = self.usage_total + v
-        for a in self.queues.ancestors(queue) if queue in self.queues.queues else (queue,):
-            self._add_vec(self.subtree_usage, a, v)
+        self.usage_total = self.usage_total - v if minus else self.usage_total + v
+        subtree = self.subtree_usage
+        for a in tree.ancestors(queue) if queue in tree.queues else (queue,):
+            step(subtree, a, v)
 
     @staticmethod
     def _add_vec(table: dict[str, Vector], key: str, v: Vector) -> None:
         cur = table.get(key)
         table[key] = v.copy() if cur is None else cur + v
+
+    @staticmethod
+    def _sub_vec(table: dict[str, Vector], key: str, v: Vector) -> None:
+        """`_add_vec(table, key, -v)`, the same to the bit."""
+        cur = table.get(key)
+        table[key] = -v if cur is None else cur - v
 
     def gpu_weight(self, node: int) -> float:
         return self.queues.gpu_weight(self.nodes[node].gpu_model) if self.queues is not None else 1.0
@@ -973,7 +984,6 @@ class Snapshot:
     def _set_pending(self, entry: WorkloadEntry, pending: bool) -> None:
         key = entry.demand_key
         group = self.pending_groups.get(key)
-        nat = natural_key(entry)
         if pending:
             self._pending[entry.name] = entry
             if group is None:
@@ -981,7 +991,7 @@ class Snapshot:
                 self.group_order[key] = []
             if entry.name not in group:
                 group[entry.name] = entry
-                bisect.insort(self.group_order[key], nat)
+                bisect.insort(self.group_order[key], natural_key(entry))
                 q = entry.workload.queue
                 self.pending_per_queue[q] = self.pending_per_queue.get(q, 0) + 1
             if entry.bound:
@@ -998,7 +1008,7 @@ class Snapshot:
                 else:
                     del self.pending_per_queue[q]
                 order = self.group_order[key]
-                del order[bisect.bisect_left(order, nat)]
+                del order[bisect.bisect_left(order, natural_key(entry))]
                 if not group:
                     del self.pending_groups[key]
                     del self.group_order[key]
