@@ -24,6 +24,7 @@ KIT_MODULES = (
     "test_nodes_side.py",
     "test_e2e_mig_recut.py",
     "test_e2e_mig_shares.py",
+    "test_e2e_distcache.py",
 )
 
 

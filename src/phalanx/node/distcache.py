@@ -526,6 +526,7 @@ class DistCache:
         before = summarize(source, cached, self.weed.locations(), ds.copies)
         if not before.missing:
             return before
+        self.release(ds, before)  # pods held for it are told it is caching, before the wait
         if any(f.chunks for f in cached):
             if before.lost:
                 log.warning(
@@ -556,6 +557,7 @@ class DistCache:
             if p.poll() is None:
                 s = summarize(source, self.weed.files(path), self.weed.locations(), ds.copies)
                 self._status(ds.namespace, ds.name, s.status(path, ds.copies))
+                self.release(ds, s)  # pods created while it caches are told too
         p.wait()
         reader.join(10)
         log.debug("dataset %s: remote.cache said: %s", ds.key, "".join(out)[-2000:])

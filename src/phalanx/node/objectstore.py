@@ -96,6 +96,7 @@ class S3Server:
     key: str = field(default_factory=lambda: "k" + secrets.token_hex(8))
     secret: str = field(default_factory=lambda: secrets.token_hex(16))
     endpoint: str = ""
+    ip: str = "127.0.0.1"  # where it listens: another address (a node's) lets pods reach it
     _proc: subprocess.Popen[bytes] | None = None
     _dir: str = ""
 
@@ -107,7 +108,7 @@ class S3Server:
         weed = find_weed()
         self._dir = tempfile.mkdtemp(prefix="phalanx-s3-")
         port, *others = free_ports(1 + len(_PORTS))
-        args = [str(weed), "mini", f"-dir={self._dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        args = [str(weed), "mini", f"-dir={self._dir}", f"-ip={self.ip}", f"-ip.bind={self.ip}"]
         args += [f"-s3.port={port}", "-admin.ui=false"]
         args += [f"-{p}={q}" for p, q in zip(_PORTS, others, strict=True)]
         env = {
@@ -118,7 +119,7 @@ class S3Server:
         }
         log = open(Path(self._dir) / "weed.log", "wb")  # noqa: SIM115 (the process owns it)
         self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._dir)
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self.endpoint = f"http://{self.ip}:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

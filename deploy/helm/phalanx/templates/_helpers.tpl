@@ -251,3 +251,32 @@ number). After the container's own variables:
 {{- end -}}
 {{- if $env }}{{ toYaml $env }}{{ end -}}
 {{- end }}
+
+{{/*
+The distributed cache's SeaweedFS image, and the addresses its pieces reach the master and the
+filer at (host:port.grpcPort, weed's form): distcache.master.address / distcache.filer.address,
+else the headless Service's name of the StatefulSet's one pod.
+*/}}
+{{- define "phalanx.distcacheImage" -}}
+{{- $i := .Values.distcache.image -}}
+image: {{ printf "%s:%s" $i.repository (toString $i.tag) }}
+imagePullPolicy: {{ $i.pullPolicy }}
+{{- end }}
+
+{{- define "phalanx.distcacheMaster" -}}
+{{- $m := .Values.distcache.master -}}
+{{- if $m.address -}}
+{{ $m.address }}
+{{- else -}}
+{{ printf "%s-distcache-master-0.%s-distcache-master.%s.svc:%v.%v" (include "phalanx.fullname" .) (include "phalanx.fullname" .) .Release.Namespace $m.port $m.grpcPort }}
+{{- end -}}
+{{- end }}
+
+{{- define "phalanx.distcacheFiler" -}}
+{{- $f := .Values.distcache.filer -}}
+{{- if $f.address -}}
+{{ $f.address }}
+{{- else -}}
+{{ printf "%s-distcache-filer-0.%s-distcache-filer.%s.svc:%v.%v" (include "phalanx.fullname" .) (include "phalanx.fullname" .) .Release.Namespace $f.port $f.grpcPort }}
+{{- end -}}
+{{- end }}
