@@ -87,12 +87,9 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
     `filtered`: leave out the nodes a filter of the profile refuses the task outright
     (`NodeBound`), e.g. those reserved for a large gang; a tighter bound, still never too low.
     """
-    counts: dict[tuple[object, ...], tuple[TaskRequest, Task, int]] = {}
-    for req, t, n in _by_shape(session, tasks):
-        counts[req.shape_key] = (req, t, n)
     bounds = node_bounds(session.profile.filters) if filtered else []
     total = 0
-    for req, task, n in counts.values():
+    for req, task, n in _shapes_of(session, tasks):
         cap, room = capacity_of(session.snapshot, req, session.memo)
         for f in bounds:
             out = f.excluded(session, task)
@@ -101,6 +98,20 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
                 room = int(cap.sum())
         total += min(n, room)
     return total
+
+
+def _shapes_of(session: Session, tasks: list[Task]) -> list[tuple[TaskRequest, Task, int]]:
+    """`_by_shape(session, tasks)`, kept for the cycle by the list's contents: an eviction loop asks
+    the bound of one gang after every victim it tries (the effective requests hold for a cycle)."""
+    key = ("shapes", id(tasks))
+    now = tuple(tasks)
+    hit = session.memo.get(key)
+    if isinstance(hit, tuple) and hit[0] == now:  # the same tasks (compared by identity first)
+        shapes: list[tuple[TaskRequest, Task, int]] = hit[1]
+        return shapes
+    shapes = _by_shape(session, tasks)
+    session.memo[key] = (now, shapes)
+    return shapes
 
 
 def _by_shape(session: Session, tasks: list[Task]) -> list[tuple[TaskRequest, Task, int]]:

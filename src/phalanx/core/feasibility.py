@@ -66,6 +66,8 @@ class Candidates:
     def subset(self, keep: BoolArray) -> Candidates:
         idx = np.nonzero(keep)[0]
         out = Candidates(self.cluster, self.request, self.nodes[idx])
+        if not self._rows:  # no row worked out yet (the common case): nothing to carry over
+            return out
         for new, old in enumerate(idx):
             row = self._rows.get(int(old))
             if row is not None:

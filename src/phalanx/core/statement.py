@@ -10,14 +10,15 @@ decisions. The session undoes committed operations too when the cycle ends, so
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from phalanx.core.snapshot import Allocation, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
+    """One journaled operation (a named tuple: made at every bind and eviction a try does or undoes,
+    and a frozen dataclass costs several times as much to make)."""
+
     kind: Literal["bind", "evict"]
     alloc: Allocation
     reason: str = ""

@@ -68,16 +68,17 @@ class TopologyPlanner:
             dom = s.domains(level)
             ndom = int(dom.max()) + 1 if len(dom) else 0
             fits = np.ones(ndom, dtype=np.bool_)
-            slack = np.zeros(ndom, dtype=np.float64)
             for cap, n in caps:
                 dcap = np.bincount(dom, weights=np.minimum(cap, n), minlength=ndom)
                 fits &= dcap >= n
+            cand = np.nonzero(fits)[0]
+            if not len(cand):  # often so at the node level: no slack worked out for nothing
+                continue
+            slack = np.zeros(ndom, dtype=np.float64)
+            for cap, _ in caps:
                 slack += np.bincount(
                     dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom
                 )
-            cand = np.nonzero(fits)[0]
-            if not len(cand):
-                continue
             order = cand[np.lexsort((cand, slack[cand]))][: self.max_domains]
             for d in order:
                 mask = dom == d
@@ -109,9 +110,8 @@ class GangAffinityScorer(ClassKeyed):
         s = ctx.session.snapshot
         w = ctx.task.workload
         entry = s.workloads.get(w)
-        out = np.zeros(len(ctx.candidates))
         if entry is None or not entry.bound:
-            return out
+            return np.zeros(len(ctx.candidates))
         # a mask over all nodes, read at the candidates: np.isin sorts, and costs more than the
         # rest of this scorer on the small arrays of a gang (it was 4 % of a queue replay)
         has = np.zeros(len(s.nodes), dtype=np.bool_)
