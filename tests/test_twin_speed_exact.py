@@ -3,7 +3,7 @@
 Capacity kept from the cluster's change log equals `node_capacity` worked out anew; the scalar
 first look of `may_host` never refuses a node `find_candidates` keeps; one node's usable GPUs
 equal that node's row of `gpu_usable`; a demand key hashes and pickles as its plain tuple; the
-victim kept for a cycle is given up when the workload's allocations change; gang-affinity keys
+victim and the guard kept for a cycle are given up when the workload's allocations change; gang-affinity keys
 a class by the workload once members are placed (`test_classes` checks the decisions).
 """
 
@@ -14,7 +14,9 @@ import pickle
 import numpy as np
 
 from builders import make_node, make_workload
-from phalanx.actions.holds import as_victim
+from phalanx.actions.evict import Guards
+from phalanx.actions.holds import as_victim, guard_of
+from phalanx.core.decisions import MIN_RUNTIME
 from phalanx.core.devices import gpu_usable, gpu_usable_on
 from phalanx.core.extension import SCORES_ZERO
 from phalanx.core.feasibility import (
@@ -154,4 +156,24 @@ def test_gang_affinity_keys_a_class_by_the_workload_once_members_are_placed() ->
     stmt = session.statement()
     assert session.place(t0, stmt) is not None
     assert scorer.class_key(session, t1, t1.request) == ("members of", entry.name)
+    session.close()
+
+
+def test_the_guard_kept_for_the_cycle_follows_its_allocations() -> None:
+    snap = snapshot(2)
+    session = Session(snap, load_profile("phalanx"), 50.0, np.random.default_rng(2))
+    stmt = session.statement()
+    entry = next(e for e in snap.workloads.values() if len(e.tasks) == 3)
+    for t in entry.tasks:
+        assert session.place(t, stmt) is not None
+    g = Guards()
+    first = guard_of(session, "preempt", entry, 3600.0, "d", g, None)
+    assert first is not None and first.guard == MIN_RUNTIME and first.until == 50.0 + 3600.0
+    assert guard_of(session, "preempt", entry, 3600.0, "d", g, None) is first  # kept
+    assert guard_of(session, "preempt", entry, 0.0, "d", g, None) is None  # another key
+    stmt.evict(next(iter(entry.bound.values())), "test")
+    again = guard_of(session, "preempt", entry, 3600.0, "d", g, None)
+    assert again == first and again is not first  # worked out anew for the allocations left
+    unhashable: object = {"a": 1}
+    assert guard_of(session, "preempt", entry, 3600.0, "d", g, unhashable) == first
     session.close()

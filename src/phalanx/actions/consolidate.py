@@ -36,9 +36,10 @@ class Consolidate:
     def movable(self, session: Session, a: Allocation, gang: str) -> bool:
         entry = session.snapshot.workloads[a.task.workload]
         w = entry.workload
-        if entry.name == gang or not w.preemptible or session.clock - a.since < self.min_runtime:
+        name = w.name
+        if name == gang or not w.preemptible or session.clock - a.since < self.min_runtime:
             return False
-        if entry.name in session.streamed:  # handed out earlier in the cycle: its binds are final
+        if name in session.streamed:  # handed out earlier in the cycle: its binds are final
             return False
         if w.subgroups or w.preempt_whole:  # moved, a task could leave its subgroup's domain; or
             return False  # its workload is disrupted only whole (disruptionMode: PodGroup)

@@ -40,7 +40,7 @@ from phalanx.core.decisions import (
 )
 from phalanx.core.model import Task
 from phalanx.core.session import Session
-from phalanx.core.snapshot import WorkloadEntry
+from phalanx.core.snapshot import Allocation, WorkloadEntry
 
 # what-ifs per action and cycle: each costs about one preemption try
 MAX_PER_CYCLE = 8
@@ -84,7 +84,49 @@ def guard_of(
     guarded: bool = True,
 ) -> Hold | None:
     """What protects running `entry` from `action` now: not preemptible, its minimum runtime, and
-    (if `guarded`) a recent eviction for this shape or its next checkpoint not yet come."""
+    (if `guarded`) a recent eviction for this shape or its next checkpoint not yet come.
+
+    Kept for the cycle while the workload's allocations stay the same (the clock and the memory
+    of evictions do not move within a cycle), unless an eviction budget is asked: that one is
+    spent as the cycle evicts.
+    """
+    if guarded and guards.budget.on:
+        return _guard_of(session, action, entry, min_runtime, detail, guards, shape, guarded)
+    memo = session.memo.get("guard-of")
+    kept: dict[tuple[object, ...], tuple[WorkloadEntry, Guards, tuple[Allocation, ...], Hold | None]]
+    if isinstance(memo, dict):
+        kept = memo
+    else:
+        kept = session.memo["guard-of"] = {}
+    key = (id(entry), action, min_runtime, detail, id(guards), shape, guarded)
+    try:
+        hit = kept.get(key)
+    except TypeError:  # a shape that does not hash: not kept
+        return _guard_of(session, action, entry, min_runtime, detail, guards, shape, guarded)
+    bound = entry.bound
+    if (
+        hit is not None
+        and hit[0] is entry
+        and hit[1] is guards
+        and len(hit[2]) == len(bound)
+        and all(bound.get(a.task.name) is a for a in hit[2])
+    ):
+        return hit[3]
+    out = _guard_of(session, action, entry, min_runtime, detail, guards, shape, guarded)
+    kept[key] = (entry, guards, tuple(bound.values()), out)
+    return out
+
+
+def _guard_of(
+    session: Session,
+    action: str,
+    entry: WorkloadEntry,
+    min_runtime: float,
+    detail: str,
+    guards: Guards,
+    shape: object,
+    guarded: bool,
+) -> Hold | None:
     w = entry.workload
     started = run_start(entry)
     now = session.clock
