@@ -175,3 +175,12 @@ def test_the_hour_is_the_driver_s_own_record_and_outlives_snapshots_and_the_evic
     assert heir.recent_saved(later.clock + 3600.0) == []  # an hour later it no longer counts
     assert recent_from_saved([[1.0, "w", "q"], ["x", "w", "q"], [2.0, 3, "q"], "junk"]) == [(1.0, "w", "q")]
     assert recent_from_saved({"not": "a list"}) == []
+
+
+def test_reading_the_hour_at_a_later_clock_leaves_it_as_it_was():
+    """A forecast plays the cycle at later clocks on the driver's own snapshot: reading the hour
+    there pruned it, and the next cycle's budget found it empty."""
+    sc = borrowed(reclaiming({"cluster": 1}))
+    assert len(evicted(sc.cycle())) == 1
+    assert sc.snapshot.recent_evictions(sc.clock + 7200.0) == []
+    assert len(sc.snapshot.recent_evictions(sc.clock)) == 1

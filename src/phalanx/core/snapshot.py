@@ -673,7 +673,9 @@ class Snapshot:
             if ev.workload not in seen and entry is not None:
                 seen.add(ev.workload)
                 self._recent.append((now, ev.workload, entry.workload.queue))
-        self.recent_evictions(now)  # pruned as it grows: a scheduler without budgets never reads it
+        recent = self._recent  # pruned as it grows (a scheduler without budgets never reads it)
+        while recent and now - recent[0][0] >= WINDOW_S:
+            recent.popleft()
 
     def lend_recent(self, recent: collections.deque[tuple[float, str, str]]) -> None:
         """The driver's own record of the hour's evictions, kept across snapshots built anew: a
@@ -704,12 +706,12 @@ class Snapshot:
         self._recent.clear()
         self._recent.extend(merged)
 
-    def recent_evictions(self, now: float) -> collections.deque[tuple[float, str, str]]:
-        """(time, workload, queue) of each eviction in the last WINDOW_S, oldest first."""
-        recent = self._recent
-        while recent and now - recent[0][0] >= WINDOW_S:
-            recent.popleft()
-        return recent
+    def recent_evictions(self, now: float) -> list[tuple[float, str, str]]:
+        """(time, workload, queue) of each eviction in the last WINDOW_S before `now`, oldest first.
+        Read, never pruned: a forecast reads it at later clocks on this very snapshot, and pruning
+        there emptied the record the next cycle's budgets count (only `note_evictions` prunes,
+        at the cycle's own clock)."""
+        return [r for r in self._recent if now - r[0] < WINDOW_S]
 
     def settle(self, result: CycleResult) -> None:
         """The bookkeeping after a cycle whose decisions are in place: who was looked at, who is parked."""
