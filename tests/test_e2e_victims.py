@@ -9,12 +9,14 @@ victim's GPUs were recorded as the node's first free ones, not the ones its anno
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e_kube import Kube, running, wait_for
-from kube_objects import node, pod
+from kube_objects import node, pod, queue
 
 pytestmark = pytest.mark.e2e
 
@@ -92,3 +94,46 @@ def test_a_terminating_pod_keeps_the_gpus_its_annotations_name(kube: Kube) -> No
         wait_for("the new pod bound", lambda: kube.node_of("new") == "n0", timeout=20)
         assert _gpus(kube, "new") == "1"
         kube.force_delete_pod("low-3")
+
+
+BUDGET_2 = {
+    "name": "budget-2",
+    "tie_break": "name",
+    "actions": [{"name": "allocate"}, {"name": "reclaim", "args": {"budget": {"cluster": 2}}}],
+    "order": [{"name": "priority"}],
+    "admission": [{"name": "quota"}],
+    "queue_order": {"name": "fairshare"},
+}
+
+
+def test_a_new_leader_counts_the_evictions_of_the_one_gone_a_second_after_them(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """The attained service (with the repeat guard's memory and the budgets' hour) was saved every
+    60 s: a leader killed in between took its evictions with it, and the next one evicted afresh.
+    It is now saved within a second of a cycle that evicted."""
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(yaml.safe_dump(BUDGET_2))
+    kube.ensure_namespace("phalanx-system")
+    kube.api.create("nodes", node("n0", gpus=8))
+    kube.create(queue("qa", 4))
+    kube.create(queue("qb", 4))
+    for k in range(8):  # qb borrows qa's half
+        kube.create(pod(f"b-{k}", gpus=1, annotations={"phalanx.io/queue": "qb"}))
+    with running(kube, profile=str(prof)):
+        wait_for("qb's pods bound", lambda: all(kube.node_of(f"b-{k}") for k in range(8)), timeout=20)
+        for k in range(8):
+            kube.run_pod(f"b-{k}", started_s_ago=600)
+        for k in range(4):
+            kube.create(pod(f"a-{k}", gpus=1, annotations={"phalanx.io/queue": "qa"}))
+        gone = wait_for("two reclaimed", lambda: _terminating(kube) if len(_terminating(kube)) >= 2 else None)
+        for name in gone:
+            kube.force_delete_pod(name)  # what their kubelet would confirm
+        time.sleep(1.5)  # the leader saves what it evicted within a second, then is gone
+    with running(kube, profile=str(prof)) as heir:
+        wait_for("the new leader's first cycles", lambda: heir.service_loaded and heir.cycles >= 1 or None)
+        time.sleep(2.0)  # its first cycles would have reclaimed at once
+        assert _terminating(kube) == [], "the new leader's budget forgot the evictions of the last"
+        assert sorted(w for _, w, _ in heir.repeats.recent) == [f"default/{n}" for n in gone]
+        bound = sorted(n for n in ("a-0", "a-1", "a-2", "a-3") if kube.node_of(n))
+        assert len(bound) == 2, bound

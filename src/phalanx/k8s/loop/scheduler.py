@@ -57,6 +57,10 @@ from phalanx.k8s.view.server import Metrics
 log = logging.getLogger("phalanx.k8s")
 POD_GROUP_KINDS = keys_of(POD_GROUPS)
 QUEUE_KINDS = keys_of(QUEUES)
+# after a cycle that evicted, the attained service (with who was evicted for what, and when) is
+# saved within this, not only every service_save_s: churn runs with kill -9 of the leader found
+# the repeat guard and the eviction budgets forgetting what the killed leader had evicted
+EVICTED_SAVE_S = 1.0
 
 
 @dataclass
@@ -96,6 +100,7 @@ class Scheduler:
         self.service_store = ServiceStore(api, cfg.lease_namespace, CONFIGMAP + cfg.shard_suffix())
         self.service_loaded = False  # read back from the API since we last started to lead
         self.service_saved = 0.0
+        self.evictions_unsaved = False  # evictions made since the last save of the attained service
         # who was evicted for which preemptor shape, when: the repeat guard's memory across cycles,
         # saved with the attained service (phalanx.k8s.loop.repeat_memory)
         self.repeats = RepeatMemory()
@@ -218,7 +223,7 @@ class Scheduler:
         one moment (fair-share history decaying) is looked at every `quiet_recheck_s`, as a quiet
         cluster is."""
         now = self.clock()
-        save_due = self.service_loaded and now - self.service_saved >= self.cfg.service_save_s
+        save_due = self._save_due(now)
         return (
             self.quiet_at is not None
             and self.quiet_at == self.store.generation
@@ -278,6 +283,9 @@ class Scheduler:
             binds = self._act(world, scene, result, out, now, streamed)
         finally:
             self.explainer.writer.resume()
+        if out.evicted:  # who was evicted and when, saved soon: a leader killed before the next
+            self.evictions_unsaved = True  # save forgot them (the repeat guard, spent budgets)
+            self._save_service(now)
         t_act = time.perf_counter()
         self._tell(read, scene, decision, out, binds, now)
         t_end = time.perf_counter()
@@ -450,22 +458,29 @@ class Scheduler:
         if saved is not None:
             self.service.load(saved)
             log.info(
-                "attained service of %d workload(s), usage history of %d queue(s) and %d workload(s)'"
-                " evictions read back",
+                "attained service of %d workload(s), usage history of %d queue(s), %d workload(s)'"
+                " evictions and %d eviction(s) of the last hour read back",
                 self.service.tracked(),
                 len(self.service.history),
                 len(self.service.evictions),
+                len(self.service.recent),
             )
         self.repeats.read_back(self.service.evictions, self.service.recent)
 
+    def _save_due(self, now: float) -> bool:
+        """Every `service_save_s`, and `EVICTED_SAVE_S` after evictions not saved yet."""
+        every = EVICTED_SAVE_S if self.evictions_unsaved else self.cfg.service_save_s
+        return self.service_loaded and now - self.service_saved >= every
+
     def _save_service(self, now: float) -> None:
-        if not self.service_loaded or now - self.service_saved < self.cfg.service_save_s:
+        if not self._save_due(now):
             return
         self.service_saved = now
         self.service.evictions = self.repeats.to_saved(now)
         self.service.recent = self.repeats.recent_saved(now)
         try:
             self.service_store.write(self.service.to_dict())
+            self.evictions_unsaved = False
         except Exception as e:  # not fatal: the next interval tries again
             log.warning("cannot write the attained service (ConfigMap %s): %s", self.service_store.name, e)
 
