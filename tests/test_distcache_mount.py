@@ -176,3 +176,25 @@ def test_distcache_lifts_the_gate_once_the_dataset_is_cached_and_tells_the_pod_w
         ("b", [{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "other"}]}]),
     ]
     assert dc.GATE == DATASET_GATE
+
+
+# ------------------------------------------------------------------------------ the scheduler
+def test_the_scheduler_leaves_a_gated_pod_alone_until_the_gate_is_lifted() -> None:
+    import numpy as np
+
+    from kube_objects import node
+    from phalanx.core.cycle import run_cycle
+    from phalanx.k8s.read.world import build_world
+    from phalanx.profiles import load_profile
+
+    def cycle(p: dict[str, Any]) -> Any:
+        w = build_world([node("a", gpus=8)], [p], [], [], AdapterConfig(), 0.0)
+        return run_cycle(w.snapshot, load_profile("phalanx"), 0.0, np.random.default_rng(0))
+
+    held = pod("reader", gpus=1)
+    held["spec"]["schedulingGates"] = [{"name": DATASET_GATE}]
+    r = cycle(held)
+    assert not r.binds and not r.pending  # not placed, and not ours to explain: its Events say why
+    held["spec"]["schedulingGates"] = []
+    (b,) = cycle(held).binds
+    assert b.node == "a"

@@ -286,6 +286,11 @@ def classify(b: Build, obj: dict[str, Any]) -> Seen:
     """The pod object as `_read_pods` takes it in; an unreadable pod of ours is named in `b.contain`."""
     if not is_active(obj):
         return Seen()
+    spec = mapping(obj.get("spec"))
+    if spec.get("schedulingGates") and not spec.get("nodeName"):
+        # held by a scheduling gate (e.g. the webhook's, until its Dataset is cached): not to place
+        # yet, as kube-scheduler does; the API server would refuse its bind anyway
+        return Seen()
     if b.nodes is not None:  # a shard: what runs on another shard's nodes is nothing to it
         at = mapping(obj.get("spec")).get("nodeName")
         if at and at not in b.nodes:
