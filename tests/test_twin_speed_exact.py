@@ -21,6 +21,7 @@ from phalanx.core.devices import gpu_usable, gpu_usable_on
 from phalanx.core.extension import SCORES_ZERO
 from phalanx.core.feasibility import (
     CATCH_UP_MAX,
+    _prefilter,
     capacity_of,
     find_candidates,
     may_host,
@@ -177,3 +178,25 @@ def test_the_guard_kept_for_the_cycle_follows_its_allocations() -> None:
     unhashable: object = {"a": 1}
     assert guard_of(session, "preempt", entry, 3600.0, "d", g, unhashable) == first
     session.close()
+
+
+def test_whole_gpu_candidates_from_kept_capacity_are_the_prefilter_s() -> None:
+    for seed in range(3):
+        snap = snapshot(seed)
+        session = Session(snap, load_profile("phalanx"), 0.0, np.random.default_rng(seed))
+        whole = [r for r in requests(session) if r.gpu.kind.value == "whole"]
+        stmt = session.statement()
+        checked = 0
+        for e in list(snap.workloads.values()):
+            for t in e.tasks:
+                session.place(t, stmt)
+            for req in whole[::3]:
+                got = find_candidates(snap, req).nodes.tolist()
+                assert got == np.nonzero(_prefilter(snap, req))[0].tolist()
+                within = np.array([1, 4, 7, 10], dtype=np.int64)
+                assert find_candidates(snap, req, within=within).nodes.tolist() == [
+                    int(i) for i in within if _prefilter(snap, req)[i]
+                ]
+                checked += 1
+        assert checked > 100
+        session.close()

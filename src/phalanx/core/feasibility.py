@@ -151,11 +151,24 @@ def find_candidates(
         ok, _ = drafit.feasible(s, req, rows)
         return Candidates(s.cluster, req, rows[ok])
     sel: Rows = ALL if within is None else within
-    m = _prefilter(s, req, sel)
-    if restrict is not None:
-        m &= restrict[sel]
     c = s.cluster
     g = req.gpu
+    if (
+        g.kind is GpuKind.WHOLE
+        and c.homogeneous
+        and g.devices > 0
+        and req.cpu_milli > 0
+        and req.memory_mib > 0
+        and not (req.gpu_models or req.rdma_nics or s.has_dra)
+    ):
+        # the aggregate checks of `_prefilter` are then exactly "room for one more" in
+        # `node_capacity` (ready, labels and taints, CPU, memory, whole GPUs free), kept up to
+        # date from the cluster's change log: one comparison instead of a dozen array operations
+        m = capacity_of(s, req, s.capacity_memo)[0][sel] >= 1
+    else:
+        m = _prefilter(s, req, sel)
+    if restrict is not None:
+        m &= restrict[sel]
     # aggregates decide alone unless a share's backend narrows its GPUs (MPS and time-slice apart)
     fast = c.homogeneous and (
         g.kind is GpuKind.WHOLE
@@ -335,11 +348,12 @@ CAPACITY_KEPT = 256  # requests kept per memo
 
 
 def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tuple[IntArray, int]:
-    """`node_capacity(s, req)` and its sum, kept in `memo` (a session's, so for one cycle).
+    """`node_capacity(s, req)` and its sum, kept in `memo` (a session's, or the snapshot's).
 
-    Upper bounds are asked after every victim an eviction loop tries, when one or two nodes
-    changed: the nodes changed since (the cluster's change log) are worked out again, the rest
-    kept. The same integers as `node_capacity`; read-only (a caller may hold an older one).
+    Upper bounds are asked after every victim an eviction loop tries, and feasibility at every
+    placement, when one or two nodes changed: the nodes changed since (the cluster's change log;
+    every change to a node is logged) are worked out again, the rest kept. The same integers as
+    `node_capacity`; read-only (a caller may hold an older one).
     """
     table = memo.get(CAPACITY_MEMO)
     if not isinstance(table, dict):
@@ -347,8 +361,8 @@ def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tu
     c = s.cluster
     mark = c.mark()
     hit = table.get(id(req))
-    if hit is not None and hit[0] is req:
-        _, cap, total, at = hit
+    if hit is not None and hit[0] is req and hit[4] is c:
+        _, cap, total, at, _ = hit
         if at == mark:
             return cap, total
         if at[1] == mark[1] and mark[2] - at[2] <= CATCH_UP_MAX:
@@ -359,14 +373,14 @@ def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tu
                 cap = cap.copy()
                 cap[rows] = new
                 cap.flags.writeable = False
-            table[id(req)] = (req, cap, total, mark)
+            table[id(req)] = (req, cap, total, mark, c)
             return cap, total
     cap = node_capacity(s, req)
     cap.flags.writeable = False
     total = int(cap.sum())
     if len(table) >= CAPACITY_KEPT:
         table.clear()
-    table[id(req)] = (req, cap, total, mark)
+    table[id(req)] = (req, cap, total, mark, c)
     return cap, total
 
 

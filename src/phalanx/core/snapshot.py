@@ -358,6 +358,8 @@ class Snapshot:
                     self.recuts[(i, j)] = math.inf
         self._seeded = False
         self._static_masks: dict[tuple[object, ...], BoolArray] = {}
+        # `feasibility.capacity_of`'s kept capacities, brought up to date from the cluster's change log
+        self.capacity_memo: dict[object, object] = {}
         self._domains: dict[str, IntArray] = {}
         self._init_dra(dra_shared, dra_counter_sets)
         for w in workloads:
