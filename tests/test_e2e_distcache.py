@@ -272,6 +272,7 @@ def test_a_dataset_larger_than_a_node_is_cached_across_the_group_and_a_pod_reads
     assert got == want, out
     told = [m for r, m in k.kube.events("reader", NS) if r in ("WaitingForDataset", "DatasetCached")]
     assert any("Dataset team-a/shards is caching" in m for m in told), told
+    assert not [m for r, m in k.kube.events("reader", NS) if r == "BindFailed"]  # gated: not tried
     read_ms = int(out.rsplit("read_ms=", 1)[1].split()[0])
     mb = FILES * FILE_MB
     rate = mb * 1000 / max(read_ms, 1)
