@@ -198,3 +198,56 @@ def test_the_scheduler_leaves_a_gated_pod_alone_until_the_gate_is_lifted() -> No
     held["spec"]["schedulingGates"] = []
     (b,) = cycle(held).binds
     assert b.node == "a"
+
+
+# ------------------------------------------------------------------------------ readThrough, for real
+def test_read_through_the_fuse_mount_fetches_what_is_not_cached_yet(tmp_path: Any) -> None:
+    """What a `readThrough` pod does: read a mounted source before `remote.cache` ran, through
+    `weed mount` (FUSE, as the chart's mount DaemonSet runs it); the filer fetches each file."""
+    import hashlib
+    import os
+    import subprocess
+    import time
+
+    from phalanx.node.objectstore import S3Server, Unavailable, find_weed
+    from phalanx.node.weedcluster import WeedCluster
+
+    try:
+        find_weed()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("a FUSE mount needs root and /dev/fuse")
+    s3 = S3Server().start()
+    try:
+        fs, want = s3.filesystem(), {}
+        for i in range(3):
+            data = os.urandom((i + 1) << 20)
+            fs.pipe_file(f"{s3.bucket}/rt/f{i}.bin", data)
+            want[f"f{i}.bin"] = hashlib.sha256(data).hexdigest()
+        with WeedCluster(volumes=2) as c:
+            weed = dc.Weed(c.master, c.filer)
+            weed.configure_remote("rt", s3.endpoint, s3.key, s3.secret, "us-east-1")
+            weed.mount("/phalanx/datasets/team/rt", f"rt/{s3.bucket}/rt", "rt", 1)
+            assert not any(f.chunks for f in weed.files("/phalanx/datasets/team/rt"))  # nothing cached
+            mnt = tmp_path / "fs"
+            mnt.mkdir()
+            args = [str(weed.weed), "mount", f"-filer={c.filer}", "-filer.path=/phalanx/datasets"]
+            log = open(tmp_path / "mount.log", "wb")  # noqa: SIM115 (the process owns it)
+            p = subprocess.Popen(
+                [*args, f"-dir={mnt}", "-readOnly", "-cacheCapacityMB=0"], stdout=log, stderr=log
+            )
+            try:
+                folder = mnt / "team" / "rt"
+                deadline = time.monotonic() + 20
+                while not folder.is_dir() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                got = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())}
+            finally:
+                p.terminate()
+                p.wait(10)
+                subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+            assert got == want, (tmp_path / "mount.log").read_text()[-2000:]
+            assert all(f.chunks for f in weed.files("/phalanx/datasets/team/rt"))  # and now cached
+    finally:
+        s3.stop()
