@@ -131,7 +131,7 @@ def test_a_new_leader_counts_the_evictions_of_the_one_gone_a_second_after_them(
             kube.force_delete_pod(name)  # what their kubelet would confirm
         time.sleep(1.5)  # the leader saves what it evicted within a second, then is gone
     with running(kube, profile=str(prof)) as heir:
-        wait_for("the new leader's first cycles", lambda: heir.service_loaded and heir.cycles >= 1 or None)
+        wait_for("the new leader's first cycles", lambda: (heir.service_loaded and heir.cycles >= 1) or None)
         time.sleep(2.0)  # its first cycles would have reclaimed at once
         assert _terminating(kube) == [], "the new leader's budget forgot the evictions of the last"
         assert sorted(w for _, w, _ in heir.repeats.recent) == [f"default/{n}" for n in gone]
