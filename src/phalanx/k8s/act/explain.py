@@ -149,7 +149,9 @@ class Explainer:
     def __init__(self, api: Api, max_events: int = 5000) -> None:
         self.api = api
         self.max_events = max_events  # per cycle; the rest are said in a later cycle
-        self.said: dict[str, str] = {}  # object key -> last message
+        # (object key, uid) -> the last Event said of it: by uid too, for a pod remade under the same
+        # name (a Job's or a training operator's, after an eviction) is a new pod to tell
+        self.said: dict[tuple[str, str], str] = {}
         self.status: dict[str, Any] = {}
         self.scheduled: dict[str, tuple[str, str, str]] = {}  # PodGroup -> its last Scheduled condition
         self.transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (PodGroup, type) -> (status, since)
@@ -166,11 +168,19 @@ class Explainer:
     def _event(
         self, key: str, obj: dict[str, Any], reason: str, message: str, warning: bool, budget: list[int]
     ) -> None:
-        if self.said.get(key) == reason + message or budget[0] <= 0:
+        said = (key, _uid(obj))
+        if self.said.get(said) == reason + message or budget[0] <= 0:
             return
         if self.writer.submit(f"an event on {key}", lambda: self.api.event(obj, reason, message, warning)):
-            self.said[key] = reason + message
+            self.said[said] = reason + message
             budget[0] -= 1
+
+    def _forget_gone(self, pod_objects: dict[str, dict[str, Any]]) -> None:
+        """What was said of pods that are gone: forgotten once it outgrows the pods there are."""
+        if len(self.said) <= 2 * len(pod_objects) + 256:
+            return
+        here = {(k, _uid(o)) for k, o in pod_objects.items()}
+        self.said = {s: m for s, m in self.said.items() if s in here or "/" not in s[0]}
 
     def write(
         self,
@@ -193,6 +203,7 @@ class Explainer:
         without an Event their pods would wait with no word; `told`: evicted pods whose Preempted
         Event the eviction wrote already."""
         budget = [self.max_events]
+        self._forget_gone(pod_objects)
         for key, msg in world.pod_problems.items():
             if key in pod_objects:
                 self._event(key, pod_objects[key], "InvalidRequest", msg, True, budget)
@@ -389,3 +400,7 @@ def _fair(world: World) -> dict[str, np.ndarray]:
     s = world.snapshot
     assert world.tree is not None
     return s.fair_shares(world.tree)
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
