@@ -200,3 +200,20 @@ def test_whole_gpu_candidates_from_kept_capacity_are_the_prefilter_s() -> None:
                 checked += 1
         assert checked > 100
         session.close()
+
+
+def test_capacity_of_a_few_nodes_is_their_part_of_the_whole() -> None:
+    snap = snapshot(4)
+    session = Session(snap, load_profile("phalanx"), 0.0, np.random.default_rng(4))
+    stmt = session.statement()
+    snap.cluster.set_ready(2, False)  # a node not ready has no room
+    rng = np.random.default_rng(4)
+    for e in list(snap.workloads.values())[:40]:
+        for t in e.tasks:
+            session.place(t, stmt)
+        for req in requests(session)[::4]:
+            every = node_capacity(snap, req)
+            for k in (1, 2, 5, 8, 9):
+                rows = np.sort(rng.choice(len(snap.cluster), size=k, replace=False)).astype(np.int64)
+                assert node_capacity(snap, req, rows).tolist() == every[rows].tolist()
+    session.close()
