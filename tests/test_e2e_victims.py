@@ -10,33 +10,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod, queue
+from test_e2e_lifecycle import _classed, _classes
 
 pytestmark = pytest.mark.e2e
-
-
-def _classes(kube: Kube) -> None:
-    for name, value in (("vic-low", 100), ("vic-high", 1000)):
-        kube.apply(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            }
-        )
-
-
-def _classed(p: dict[str, Any], priority_class: str) -> dict[str, Any]:
-    del p["spec"]["priority"]  # the priority comes from the class
-    p["spec"]["priorityClassName"] = priority_class
-    return p
 
 
 def _terminating(kube: Kube) -> list[str]:
@@ -52,12 +34,12 @@ def test_a_preemptor_waits_for_its_one_victim_and_evicts_no_more(kube: Kube) -> 
     _classes(kube)
     kube.api.create("nodes", node("n0", gpus=4))
     for k in range(4):
-        kube.create(_classed(pod(f"low-{k}", gpus=1), "vic-low"))
+        kube.create(_classed(pod(f"low-{k}", gpus=1), "e27-low"))
     with running(kube, profile="phalanx-queues") as s:
         wait_for("the low pods bound", lambda: all(kube.node_of(f"low-{k}") for k in range(4)), timeout=20)
         for k in range(4):
             kube.run_pod(f"low-{k}", started_s_ago=600)
-        kube.create(_classed(pod("high", gpus=1), "vic-high"))
+        kube.create(_classed(pod("high", gpus=1), "e27-high"))
         gone = wait_for("one victim terminating", lambda: _terminating(kube) or None, timeout=20)
         assert len(gone) == 1, gone
         said = wait_for(
