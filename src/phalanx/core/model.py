@@ -140,6 +140,11 @@ class Node:
     # was last asked to be cut (a GPU is not cut again within the repartition's interval)
     mig_recutting: frozenset[int] = frozenset()
     mig_recut_at: Mapping[int, float] = field(default_factory=dict)
+    # the distributed dataset cache: whether the node can serve a distributed dataset (it runs the
+    # cache's mount: a pod reading one can start only here), and the bytes of each distributed
+    # dataset ("ns/name") its volume server holds (where a gang reading it is steered)
+    distcache_mount: bool = False
+    distcache_bytes: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -168,6 +173,9 @@ class Node:
         for name, size in self.datasets.items():
             if size < 0:
                 raise SpecError(f"datasets.{name}", f"cached bytes must be >= 0, got {size}")
+        for name, size in self.distcache_bytes.items():
+            if size < 0:
+                raise SpecError(f"distcache_bytes.{name}", f"cached bytes must be >= 0, got {size}")
 
     @property
     def gpu_model(self) -> str:
@@ -317,6 +325,9 @@ class TaskRequest:
     claimed: frozenset[str] = frozenset({"gpu", "nic"})
     # whole cores of a Guaranteed pod: the kubelet's static CPU manager pins them on a NUMA node
     exclusive_cpu: bool = False
+    # `dataset` is read from the distributed cache's mount (not a per-node copy): only nodes that run
+    # the mount can host the task (plugins.locality)
+    dataset_distributed: bool = False
     # `shape_key`, worked out once (the hot paths ask for it millions of times in a long replay)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False, hash=False, default=())
 
@@ -355,6 +366,7 @@ class TaskRequest:
             tuple(c.key for c in self.claims),  # pods with different claims are never alike
             claims_shape(self.claims),
             self.exclusive_cpu,
+            self.dataset_distributed,
         )
 
 

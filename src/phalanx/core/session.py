@@ -401,11 +401,12 @@ class Session:
     def why_not(self, task: Task, restrict: BoolArray | None = None) -> list[Reason]:
         ctx_req = self.effective(task.request)
         reasons = explain(self.snapshot, ctx_req, restrict)
-        if reasons:
-            return reasons
-        if not len(self.snapshot.cluster):
+        n = len(self.snapshot.cluster)
+        if reasons and sum(r.nodes for r in reasons) >= n:
+            return reasons  # every node failed a check: no filter had a node left to refuse
+        if not n:
             return [Reason("nodes", "no nodes")]
-        # every check passed somewhere: the profile's filters took the last nodes; name those that did
+        # every check passed on some nodes: the profile's filters took them; name those that did
         ctx = PlacementContext(self, task, ctx_req, find_candidates(self.snapshot, ctx_req, restrict))
         for f in self.profile.filters:
             if not len(ctx.candidates):

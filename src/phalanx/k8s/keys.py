@@ -43,6 +43,11 @@ CACHED_DATASETS = "phalanx.io/cached-datasets"  # node annotation, JSON {"ns/nam
 # a pod that mounts its dataset from the node's cache (DATASET_VOLUME) goes only to such a node
 CACHE_AGENT = "phalanx.io/dataset-cache-agent"
 DATASET_VOLUME = "phalanx-dataset"  # the webhook's hostPath volume of a pod's cached dataset
+# the distributed dataset cache: the webhook's hostPath volume of a pod reading a distributed Dataset
+# through the node's FUSE mount, and the node label of the cache nodes (the chart's volume servers
+# select on it; they must run the mount too): such a pod goes only to a node labelled "true"
+DISTCACHE_VOLUME = "phalanx-distcache"
+DISTCACHE_NODE = "phalanx.io/distcache"
 STAGING_DATASETS = "phalanx.io/staging-datasets"  # node annotation, JSON {"ns/name": "<staged>/<total>"}
 STAGE_DATASETS = "phalanx.io/stage-datasets"  # node annotation by the scheduler: {"ns/name": "<workload>"}
 QUEUE = "phalanx.io/queue"

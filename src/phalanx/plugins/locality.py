@@ -1,29 +1,208 @@
-"""Data locality: prefer nodes that already cache the task's dataset, by the fraction cached."""
+"""Data locality: prefer nodes that already cache the task's dataset, by the fraction cached.
+
+A dataset cached per node (`spec.cache: node`) scores each node by the fraction of it the node
+holds. A dataset on the distributed cache (`TaskRequest.dataset_distributed`) is read through the
+cache's mount, from the volume servers that hold its chunks:
+
+- `DatasetMountFilter` keeps such a task on the nodes that run the mount (`Node.distcache_mount`):
+  anywhere else its volume never appears and the pod hangs before it starts.
+- `LocalityScorer` scores a node by the share of the dataset's bytes held in its rack and its
+  spine (`Node.distcache_bytes`), so its reads go to NVMe neighbours.
+- `DataTopologyPlanner` tries first, for a gang reading one, the racks (then spines) holding most
+  of it: the topology planner alone would pick the tightest domain, wherever the data is.
+
+Without a distributed dataset every one of them answers as if it were absent.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import weakref
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from phalanx.core.extension import SCORES_ZERO, ClassKeyed, FloatArray, PlacementContext
+from phalanx.core.cluster import BoolArray
+from phalanx.core.extension import SCORES_ZERO, ClassKeyed, Domain, FloatArray, NodeBound, PlacementContext
+from phalanx.core.feasibility import capacity_of
 from phalanx.core.model import Task, TaskRequest
+from phalanx.plugins.topology import TopologyPlanner
 
 if TYPE_CHECKING:
     from phalanx.core.session import Session
+    from phalanx.core.snapshot import Snapshot, WorkloadEntry
+
+# the topology levels a distributed dataset's bytes are summed over, narrowest first
+NEAR_LEVELS = ("rack", "spine")
+
+
+class _Facts:
+    """A snapshot's distributed-cache facts as arrays, worked out once per snapshot (they come
+    with its nodes, which a snapshot never changes)."""
+
+    def __init__(self, s: Snapshot) -> None:
+        self.mount = np.array([n.distcache_mount for n in s.nodes], dtype=np.bool_)
+        self.mount.flags.writeable = False
+        self._s = weakref.ref(s)
+        self._near: dict[str, FloatArray] = {}
+
+    def near(self, dataset: str) -> FloatArray:
+        """Per node: the mean, over `NEAR_LEVELS`, of the share of `dataset`'s cached bytes held in
+        the node's domain at that level (a node without the level counts its own bytes)."""
+        out = self._near.get(dataset)
+        if out is not None:
+            return out
+        s = self._s()
+        assert s is not None
+        held = np.array([float(n.distcache_bytes.get(dataset, 0)) for n in s.nodes], dtype=np.float64)
+        total = float(held.sum())
+        out = np.zeros(len(held), dtype=np.float64)
+        if total > 0:
+            for level in NEAR_LEVELS:
+                dom = s.domains(level)
+                sums = np.bincount(dom, weights=held, minlength=int(dom.max()) + 1 if len(dom) else 0)
+                out += sums[dom] / total
+            out /= len(NEAR_LEVELS)
+        out.flags.writeable = False
+        self._near[dataset] = out
+        return out
+
+
+_FACTS: weakref.WeakKeyDictionary[Snapshot, _Facts] = weakref.WeakKeyDictionary()
+
+
+def facts(s: Snapshot) -> _Facts:
+    f = _FACTS.get(s)
+    if f is None:
+        f = _Facts(s)
+        _FACTS[s] = f
+    return f
+
+
+def distributed(request: TaskRequest) -> str:
+    """The dataset the task reads from the distributed cache, or ''."""
+    return request.dataset if request.dataset and request.dataset_distributed else ""
 
 
 class LocalityScorer(ClassKeyed):
     name = "locality"
 
     def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable | None:
-        """Without a dataset every node scores 0; with one the cached bytes may change (full pass)."""
-        return None if request.dataset else SCORES_ZERO
+        """Without a dataset every node scores 0; with a per-node one the cached bytes may change
+        (full pass); a distributed one's bytes per node are fixed for the snapshot (the dataset)."""
+        if not request.dataset:
+            return SCORES_ZERO
+        ds = distributed(request)
+        return ("distributed", ds) if ds else None
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         ds = ctx.request.dataset
         if not ds:
             return np.zeros(len(ctx.candidates))
-        frac = ctx.session.snapshot.dataset_fraction(ds)
+        s = ctx.session.snapshot
+        if ctx.request.dataset_distributed:
+            return 100.0 * facts(s).near(ds)[ctx.candidates.nodes]
+        frac = s.dataset_fraction(ds)
         return 100.0 * frac[ctx.candidates.nodes]
+
+
+class DatasetMountFilter(ClassKeyed, NodeBound):
+    """A task reading a distributed dataset goes only to a node that runs the cache's mount."""
+
+    name = "dataset-mount"
+
+    def __init__(self) -> None:
+        self._why = "the node does not run the distributed cache's mount"
+        self._kept: dict[int, BoolArray] = {}  # "keep all n", read-only, by n
+
+    def _all(self, n: int) -> BoolArray:
+        out = self._kept.get(n)
+        if out is None:
+            out = np.ones(n, dtype=np.bool_)
+            out.flags.writeable = False
+            self._kept[n] = out
+        return out
+
+    def reason(self) -> str:
+        return self._why
+
+    def class_key(self, session: Session, task: Task, request: TaskRequest) -> Hashable:
+        """Off, or on: then a node runs the mount or not (fixed for the snapshot)."""
+        return ("mount",) if distributed(request) else ()
+
+    def excluded(self, session: Session, task: Task) -> BoolArray | None:
+        """The nodes without the mount, for a task reading a distributed dataset (`NodeBound`)."""
+        if not distributed(task.request):
+            return None
+        return np.asarray(~facts(session.snapshot).mount, dtype=np.bool_)
+
+    def keep(self, ctx: PlacementContext) -> BoolArray:
+        ds = distributed(ctx.request)
+        n = len(ctx.candidates)
+        if not ds:
+            return self._all(n)
+        mount = facts(ctx.session.snapshot).mount
+        keep = mount[ctx.candidates.nodes]
+        if not keep.all():
+            self._why = why_not_mounted(ds, int(mount.sum()))
+        return np.asarray(keep, dtype=np.bool_)
+
+
+def why_not_mounted(dataset: str, mounts: int) -> str:
+    """What a task told no by `DatasetMountFilter` is told: its dataset, and why."""
+    if not mounts:
+        return (
+            f"dataset {dataset} is cached distributed; no node runs the distributed cache's mount "
+            "(label the cache nodes phalanx.io/distcache=true)"
+        )
+    return (
+        f"dataset {dataset} is cached distributed; the node does not run its mount, "
+        f"and none of the {mounts} node(s) that do has room"
+    )
+
+
+class DataTopologyPlanner(TopologyPlanner):
+    """The topology planner; for a gang reading a distributed dataset, the racks and then the
+    spines holding the most of it are tried first (those whose free capacity could host the whole
+    gang), then the topology planner's own order. A gang with a topology constraint, or reading
+    no distributed dataset, gets the topology planner's order unchanged."""
+
+    name = "data-topology"
+
+    def domains(self, session: Session, entry: WorkloadEntry, tasks: list[Task]) -> Iterator[Domain]:
+        ds = next((d for d in (distributed(t.request) for t in tasks) if d), "")
+        if not ds or entry.workload.topology is not None:
+            yield from super().domains(session, entry, tasks)
+            return
+        tried: set[tuple[str, str]] = set()
+        for dom in self._near_data(session, ds, tasks):
+            tried.add((dom.level, dom.label))
+            yield dom
+        for dom in super().domains(session, entry, tasks):
+            if (dom.level, dom.label) not in tried:
+                yield dom
+
+    def _near_data(self, session: Session, ds: str, tasks: list[Task]) -> Iterator[Domain]:
+        s = session.snapshot
+        held = np.array([float(n.distcache_bytes.get(ds, 0)) for n in s.nodes], dtype=np.float64)
+        if not held.any():
+            return
+        by_shape: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}
+        for t in tasks:
+            had = by_shape.get(t.request.shape_key)
+            by_shape[t.request.shape_key] = (t.request, 1 if had is None else had[1] + 1)
+        caps = [(capacity_of(s, session.effective(r), session.memo)[0], k) for r, k in by_shape.values()]
+        for level in NEAR_LEVELS:
+            if level not in s.topology_levels:
+                continue
+            dom = s.domains(level)
+            ndom = int(dom.max()) + 1
+            fits = np.ones(ndom, dtype=np.bool_)
+            for cap, k in caps:
+                fits &= np.bincount(dom, weights=np.minimum(cap, k), minlength=ndom) >= k
+            data = np.bincount(dom, weights=held, minlength=ndom)
+            cand = np.nonzero(fits & (data > 0))[0]
+            for d in cand[np.lexsort((cand, -data[cand]))][: self.max_domains]:
+                mask = dom == d
+                node = s.nodes[int(np.argmax(mask))]
+                yield Domain(level, node.topology.get(level, node.name), mask)

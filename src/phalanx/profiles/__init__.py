@@ -46,7 +46,7 @@ from phalanx.plugins.fgd import FgdScorer
 from phalanx.plugins.gpuclustering import GpuClusteringScorer
 from phalanx.plugins.gpupacking import GpuPackingScorer
 from phalanx.plugins.gpuselect import BestFitGpu, RandomGpu
-from phalanx.plugins.locality import LocalityScorer
+from phalanx.plugins.locality import DatasetMountFilter, DataTopologyPlanner, LocalityScorer
 from phalanx.plugins.order import LasOrder, PriorityOrder, SrtfOrder
 from phalanx.plugins.quota import QuotaCheck
 from phalanx.plugins.random import RandomScorer
@@ -90,12 +90,16 @@ ORDERS: Mapping[str, Callable[..., WorkloadOrder]] = {
     "las": LasOrder,
     "srtf": SrtfOrder,
 }
-PLANNERS: Mapping[str, Callable[..., GangPlanner]] = {"topology": TopologyPlanner}
+PLANNERS: Mapping[str, Callable[..., GangPlanner]] = {
+    "topology": TopologyPlanner,
+    "data-topology": DataTopologyPlanner,
+}
 ADMISSION: Mapping[str, Callable[..., AdmissionCheck]] = {"quota": QuotaCheck}
 QUEUE_ORDERS: Mapping[str, Callable[..., QueueOrder]] = {"fairshare": FairShareOrder}
 FILTERS: Mapping[str, Callable[..., NodeFilter]] = {
     "whole-gpu-guard": WholeGpuGuard,
     "reservation": ReservationFilter,
+    "dataset-mount": DatasetMountFilter,
 }
 REGISTRIES: Mapping[str, Mapping[str, Callable[..., object]]] = {
     "actions": ACTIONS,

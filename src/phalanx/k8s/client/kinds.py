@@ -139,6 +139,8 @@ KUEUE: dict[str, tuple[Kind, Kind]] = {
     for plural, namespaced, kind in _KUEUE
 }
 JOBS = Kind("batch", "v1", "jobs", True, "Job")  # Kueue's queue label is on the Job, not on its pods
+# Phalanx's Datasets: where a distributed one's chunks are, and whether it failed (placement by them)
+DATASETS = Kind("scheduling.phalanx.io", "v1alpha1", "datasets", True, "Dataset")
 
 # what the scheduler watches, in the order informers start
 WATCHED: tuple[Kind, ...] = (
@@ -149,6 +151,7 @@ WATCHED: tuple[Kind, ...] = (
     *DRA,
     JOBS,
     *(k for pair in KUEUE.values() for k in pair),
+    DATASETS,
 )
 BY_KEY: dict[str, Kind] = {
     k.key: k for k in (*WATCHED, EVENTS, NAMESPACES, LEASES, CONFIG_MAPS, SECRETS, WEBHOOK_CONFIGS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.client.kinds import (
+    DATASETS,
     DEVICE_CLASSES,
     JOBS,
     POD_GROUPS,
@@ -23,6 +24,7 @@ from phalanx.k8s.client.kinds import (
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read.carry import Carry
 from phalanx.k8s.read.claims import DraObjects
+from phalanx.k8s.read.contain import mapping
 from phalanx.k8s.read.kueue import Kueue
 from phalanx.k8s.read.kueue import load as load_kueue
 from phalanx.k8s.read.patch import Feed, patch, remember
@@ -42,6 +44,7 @@ class Gathered:
     kueue: Kueue | None
     jobs: dict[str, dict[str, Any]] | None  # None: Jobs not listed (not served, not readable, not yet)
     split: dict[str, list[str]] | None = None  # a shard's gangs with pods another shard was given
+    datasets: list[dict[str, Any]] | None = None  # Phalanx's Datasets (the distributed cache's placement)
 
     def world(
         self,
@@ -55,7 +58,7 @@ class Gathered:
         """The cycle's world: with `feed` (what changed since the kept world was read), the kept world
         patched where it can be (`phalanx.k8s.read.patch`), else built and indexed for the next patch."""
         memo = memo or Translations()
-        if carry is not None and feed is not None and feed.changes is not None:
+        if carry is not None and feed is not None and feed.changes is not None and self._patchable(feed):
             patched = patch(
                 carry,
                 feed.changes,
@@ -87,10 +90,27 @@ class Gathered:
             carry=carry,
             stamp=stamp,
             split=self.split,
+            datasets=self.datasets,
         )
         if carry is not None and feed is not None and (w is not last or carry.index is None):
             remember(carry, w, self.nodes, self.pods, self.groups, cfg, memo)
         return w
+
+    def _patchable(self, feed: Feed) -> bool:
+        """A kept world is patched only while no distributed Dataset changed or failed: the patch
+        reads no Datasets (their bytes per node and failures come with a full read)."""
+        dist = [
+            d for d in self.datasets or () if mapping(mapping(d).get("spec")).get("cache") == "distributed"
+        ]
+        if not dist:
+            return True
+        changes = feed.changes or {}
+        if DATASETS.key in changes and changes[DATASETS.key] != set():
+            return False
+        return not any(
+            mapping(mapping(mapping(d).get("status")).get("distributed")).get("state") == "failed"
+            for d in dist
+        )
 
 
 def gather(
@@ -112,4 +132,5 @@ def gather(
         kq,
         {object_key(j): j for j in items(JOBS.key)} if jobs_listed else None,
         split,
+        items(DATASETS.key),
     )

@@ -109,6 +109,7 @@ def parse_node(obj: dict[str, Any], cfg: AdapterConfig) -> Node:
             numa_cpu_milli=numa_cpus,
             mig_recutting=recutting,
             mig_recut_at=recut_at,
+            distcache_mount=labels.get(keys.DISTCACHE_NODE) == "true",
         )
     except SpecError as e:
         raise e.located(where) from None

@@ -186,6 +186,7 @@ def _request(
             node_selector=_node_selector(spec),
             tolerations=tolerations,
             dataset=dataset_of(notes, namespace),
+            dataset_distributed=_mounts(spec, keys.DISTCACHE_VOLUME),
             node_affinity=_node_affinity(spec.get("affinity"), where),
         )
     except SpecError as e:
@@ -201,6 +202,14 @@ def _node_selector(spec: dict[str, Any]) -> dict[str, str]:
         if isinstance(v, dict) and v.get("name") == keys.DATASET_VOLUME and v.get("hostPath"):
             out[keys.CACHE_AGENT] = "true"
     return out
+
+
+def _mounts(spec: dict[str, Any], volume: str) -> bool:
+    """Whether the pod has the webhook's hostPath volume `volume` (its dataset's mount)."""
+    return any(
+        isinstance(v, dict) and v.get("name") == volume and v.get("hostPath")
+        for v in spec.get("volumes") or []
+    )
 
 
 def _exclusive_cpus(spec: dict[str, Any], where: str) -> bool:

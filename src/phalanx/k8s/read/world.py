@@ -25,6 +25,7 @@ from phalanx.k8s.read import composite, native
 from phalanx.k8s.read.carry import Carry, Foreign, prune, record_nodes, reset_cycle_state
 from phalanx.k8s.read.claims import Claims, DraObjects, with_dra
 from phalanx.k8s.read.contain import Contain, describe, label, mapping, mappings, outlined
+from phalanx.k8s.read.datasets import Distributed, failed_reason, read_distributed
 from phalanx.k8s.read.extended import ExtendedAsk
 from phalanx.k8s.read.group_rules import apply_kueue, apply_plans, created, job_parallelism
 from phalanx.k8s.read.groups import Group, ended_members, group_pods, workload_of
@@ -99,6 +100,8 @@ class Build:
     split: dict[str, list[str]] = field(default_factory=dict)
     # a scheduling shard's nodes: a pod bound to any other is not read at all (None: read every pod)
     nodes: set[str] | None = None
+    # the distributed cache's Datasets: their bytes per node, and those that failed
+    distributed: Distributed = field(default_factory=Distributed)
 
     def reads_clock(self) -> None:
         """A part of the world depends on `now` (a grace, a deletion with no end, a start not known)."""
@@ -142,6 +145,7 @@ def build_world(
     carry: Carry | None = None,
     stamp: object = None,
     split: dict[str, list[str]] | None = None,
+    datasets: list[dict[str, Any]] | None = None,
 ) -> World:
     """The world of one cycle. With `carry`, the last cycle's snapshot is kept where the nodes, queues
     and datasets are what it was built from (and no DRA object exists): only nodes whose pods changed
@@ -161,6 +165,9 @@ def build_world(
     b = Build(cfg, now, memo or Translations(), carry=carry, split=split or {})
     nodes, pods = outlined("Node", nodes, b.contain), outlined("Pod", pods, b.contain)
     pod_groups = outlined("PodGroup", pod_groups, b.contain)
+    if datasets:  # where a distributed Dataset's chunks are, and whether it failed
+        b.distributed = read_distributed(outlined("Dataset", datasets, b.contain), nodes, pods)
+        b.contain.problems.update(b.distributed.problems)
     if kueue is not None:
         b.contain.problems.update(kueue.problems)
     ns = _read_nodes(b, nodes, dra)
@@ -217,6 +224,9 @@ def _read_nodes(b: Build, nodes: list[dict[str, Any]], dra: DraObjects) -> _Node
                 out.problems[n.name] = b.contain.problems[label("Node", obj)]
                 continue
             n = published
+        held = b.distributed.by_node.get(n.name)
+        if held:
+            n = replace(n, distcache_bytes=held)
         out.parsed.append(n)
         out.ready[n.name] = node_ready(obj)
     return out
@@ -395,6 +405,7 @@ def stage_group(
         apply_kueue(g, kueue, jobs or {})
     if claims is not None:
         g.problems += [claims.waiting[p.key] for p in g.pods if p.key in claims.waiting]
+    _dataset_failed(b, g)
     _one_shard(b, g)
     queue = g.queue or cfg.default_queue
     if tree is not None and not tree.is_leaf(queue):
@@ -408,6 +419,17 @@ def stage_group(
         except Exception as e:
             g.problems.append(describe("Workload", {"metadata": {"name": g.name}}, e))
     return g, wl
+
+
+def _dataset_failed(b: Build, g: Group) -> None:
+    """A gang reading a distributed Dataset whose caching failed waits, told the Dataset's reason
+    (its mount would not serve it); it is placed once the Dataset recovers."""
+    failed = b.distributed.failed
+    if not failed:
+        return
+    for ds in sorted({p.request.dataset for p in g.pods if p.request.dataset_distributed}):
+        if ds in failed:
+            g.problems.append(failed_reason(ds, failed[ds]))
 
 
 def _one_shard(b: Build, g: Group) -> None:
