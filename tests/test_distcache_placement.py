@@ -58,7 +58,7 @@ def test_no_mount_anywhere_waits_and_says_so(profile: str) -> None:
     assert not sc.snapshot.allocations
     text = pending_text(sc, "w")
     assert f"dataset {DS} is cached distributed; no node runs the distributed cache's mount" in text
-    assert "on 2 nodes" in text
+    assert "(label the cache nodes phalanx.io/distcache=true): no mount on 2 nodes" in text
 
 
 def test_mount_nodes_full_waits_and_says_so() -> None:
@@ -71,8 +71,8 @@ def test_mount_nodes_full_waits_and_says_so() -> None:
     sc.run()
     assert "w/p-0" not in sc.snapshot.allocations
     text = pending_text(sc, "w")
-    assert f"dataset {DS} is cached distributed; the node does not run its mount" in text
-    assert "none of the 1 node(s) that do has room" in text
+    assert f"dataset {DS} is cached distributed; no room on the 1 node(s) that run its mount" in text
+    assert "and no mount on 1 node" in text
 
 
 def test_gang_goes_to_the_rack_holding_the_chunks() -> None:

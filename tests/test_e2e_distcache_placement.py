@@ -75,8 +75,11 @@ def test_only_on_cache_nodes_and_waits_with_the_reason(kube: Kube) -> None:
         kube.create(reader("second", gpus=1))
         msg = told(kube, "second", "is cached distributed")
         assert kube.node_of("second") == ""
-    assert "dataset default/laion is cached distributed; the node does not run its mount" in msg, msg
-    assert "none of the 1 node(s) that do has room" in msg, msg
+    assert "gpu: insufficient free GPU (1 GPU) on 1 node" in msg, msg  # the node with the mount
+    assert (
+        "dataset-mount: dataset default/laion is cached distributed; no room on the 1 node(s) that run its "
+        "mount, and no mount on 1 node" in msg
+    ), msg
 
 
 def test_gang_goes_to_the_rack_holding_the_chunks(kube: Kube) -> None:

@@ -149,15 +149,16 @@ class DatasetMountFilter(ClassKeyed, NodeBound):
 
 
 def why_not_mounted(dataset: str, mounts: int) -> str:
-    """What a task told no by `DatasetMountFilter` is told: its dataset, and why."""
+    """What a task told no by `DatasetMountFilter` is told: its dataset, and why (the core adds
+    "on N node(s)", the nodes this filter refused)."""
     if not mounts:
         return (
             f"dataset {dataset} is cached distributed; no node runs the distributed cache's mount "
-            "(label the cache nodes phalanx.io/distcache=true)"
+            "(label the cache nodes phalanx.io/distcache=true): no mount"
         )
     return (
-        f"dataset {dataset} is cached distributed; the node does not run its mount, "
-        f"and none of the {mounts} node(s) that do has room"
+        f"dataset {dataset} is cached distributed; no room on the {mounts} node(s) that run its mount, "
+        "and no mount"
     )
 
 
