@@ -72,10 +72,10 @@ def test_malformed_status_is_named() -> None:
         [],
     )
     assert d.problems == {
-        "Dataset team-a/bad": "status.distributed.servers: expected a mapping of server to bytes, "
-        "got ['10.0.0.1:8080']",
-        "Dataset team-a/worse": "status.distributed.servers.10.0.0.1:8080: expected a number of bytes >= 0, "
-        "got 'lots'",
+        "Dataset team-a/bad": "Dataset team-a/bad: status.distributed.servers: expected a mapping of server "
+        "to bytes, got ['10.0.0.1:8080']",
+        "Dataset team-a/worse": "Dataset team-a/worse: status.distributed.servers.10.0.0.1:8080: expected a "
+        "number of bytes >= 0, got 'lots'",
     }
     assert d.by_node == {"a": {"team-a/fine": 1}}
 

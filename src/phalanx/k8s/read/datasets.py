@@ -44,14 +44,15 @@ def read_distributed(
         label = f"Dataset {key}"
         if not isinstance(servers, dict):
             out.problems[label] = (
-                f"status.distributed.servers: expected a mapping of server to bytes, got {servers!r}"
+                f"{label}: status.distributed.servers: expected a mapping of server to bytes, got {servers!r}"
             )
             continue
         held: dict[str, int] = {}
         for server, nbytes in servers.items():
             if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
                 out.problems[label] = (
-                    f"status.distributed.servers.{server}: expected a number of bytes >= 0, got {nbytes!r}"
+                    f"{label}: status.distributed.servers.{server}: "
+                    f"expected a number of bytes >= 0, got {nbytes!r}"
                 )
                 held = {}
                 break
