@@ -164,7 +164,7 @@ def find_candidates(
         # the aggregate checks of `_prefilter` are then exactly "room for one more" in
         # `node_capacity` (ready, labels and taints, CPU, memory, whole GPUs free), kept up to
         # date from the cluster's change log: one comparison instead of a dozen array operations
-        m = capacity_of(s, req, s.capacity_memo)[0][sel] >= 1
+        m = capacity_of(s, req, s.capacity_memo, private=True)[0][sel] >= 1
     else:
         m = _prefilter(s, req, sel)
     if restrict is not None:
@@ -355,13 +355,16 @@ CATCH_UP_MAX = 64  # changes logged since: beyond this a capacity is worked out 
 CAPACITY_KEPT = 256  # requests kept per memo
 
 
-def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tuple[IntArray, int]:
+def capacity_of(
+    s: Snapshot, req: TaskRequest, memo: dict[object, object], private: bool = False
+) -> tuple[IntArray, int]:
     """`node_capacity(s, req)` and its sum, kept in `memo` (a session's, or the snapshot's).
 
     Upper bounds are asked after every victim an eviction loop tries, and feasibility at every
     placement, when one or two nodes changed: the nodes changed since (the cluster's change log;
     every change to a node is logged) are worked out again, the rest kept. The same integers as
-    `node_capacity`; read-only (a caller may hold an older one).
+    `node_capacity`; read-only: a caller may hold an older one, unless the memo is `private` to
+    callers that read the answer at once (then it is brought up to date in place, not copied).
     """
     table = memo.get(CAPACITY_MEMO)
     if not isinstance(table, dict):
@@ -378,7 +381,10 @@ def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tu
             if len(rows):
                 new = node_capacity(s, req, rows)
                 total += sum(new.tolist()) - sum(cap[rows].tolist())  # a node or two: no numpy sums
-                cap = cap.copy()
+                if private:
+                    cap.flags.writeable = True
+                else:
+                    cap = cap.copy()
                 cap[rows] = new
                 cap.flags.writeable = False
             table[id(req)] = (req, cap, total, mark, c)
@@ -386,7 +392,7 @@ def capacity_of(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> tu
     cap = node_capacity(s, req)
     cap.flags.writeable = False
     total = int(cap.sum())
-    if len(table) >= CAPACITY_KEPT:
+    if len(table) >= (CAPACITY_KEPT // 4 if private else CAPACITY_KEPT):
         table.clear()
     table[id(req)] = (req, cap, total, mark, c)
     return cap, total
