@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from phalanx.k8s.client.kinds import EVENTS, PODS
+from phalanx.k8s.client.kinds import EVENTS, OUR_POD_GROUPS, PODS
 
 SAMPLE_S = 0.5
 LASTING_S = 2.0  # a gang partial for longer than two 1 s cycles
@@ -54,6 +54,7 @@ class Watcher:
         self.partial_since: dict[str, float] = {}
         self.partials: list[tuple[str, float, float]] = []  # (gang, from, seconds), seen in >= 2 samples
         self.no_reason: set[str] = set()
+        self.no_reason_detail: dict[str, dict[str, Any]] = {}  # the first ten, as seen then
         self.rss: list[tuple[float, str, float]] = []
         self.cycles: dict[str, dict[float, float]] = {}  # incarnation -> le -> count
         self.errors = 0
@@ -152,7 +153,31 @@ class Watcher:
             meta = p["metadata"]
             created = calendar.timegm(time.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
             if not p["spec"].get("nodeName") and now - created > 60 and meta["name"] not in told:
+                if meta["name"] not in self.no_reason and len(self.no_reason_detail) < 10:
+                    self.no_reason_detail[meta["name"]] = self._why_untold(p, now - created)
                 self.no_reason.add(meta["name"])
+
+    def _why_untold(self, p: dict[str, Any], age: float) -> dict[str, Any]:
+        """What can be seen of a pod left untold: its group and that group's status, its gates."""
+        meta = p["metadata"]
+        group = (meta.get("annotations") or {}).get("phalanx.io/pod-group", "")
+        out: dict[str, Any] = {"age_s": round(age), "group": group, "gates": p["spec"].get("schedulingGates")}
+        if group:
+            try:
+                pg = self.kube.api.get(OUR_POD_GROUPS, group, self.ns) or {}
+            except Exception as e:
+                pg = {"error": str(e)}
+            out["podgroup"] = {"exists": bool(pg), "status": (pg.get("status") or {})}
+            try:
+                pods, _ = self.kube.api.list(PODS, field_selector=f"metadata.namespace={self.ns}")
+            except Exception:
+                pods = []
+            out["members"] = sorted(
+                (q["metadata"]["name"], bool(q["spec"].get("nodeName")))
+                for q in pods
+                if (q["metadata"].get("annotations") or {}).get("phalanx.io/pod-group") == group
+            )
+        return out
 
     def _preempted(self) -> None:
         """The Preempted Events of our pods, by the pod's uid (Events live an hour: read as we go)."""
@@ -229,6 +254,7 @@ class Watcher:
             "gangs_partial_detail": lasting[:20],
             "waited_over_60s_with_no_event": sorted(self.no_reason)[:20],
             "waited_no_event_count": len(self.no_reason),
+            "waited_no_event_detail": self.no_reason_detail,
             "cycle_seconds": _percentiles(self.cycles),
             "rss": _rss_summary(self.rss),
             "plot": _plot(self.rss, self.out / "rss.png"),
