@@ -715,10 +715,20 @@ class Snapshot:
         at the cycle's own clock)."""
         return [r for r in self._recent if now - r[0] < WINDOW_S]
 
+    def look_again(self, workloads: Iterable[str]) -> None:
+        """Workloads a driver could not bind as decided (deferred, undone): waiting again with no reason
+        of their own, they are looked at anew, as after an eviction (else, behind alike ones that do
+        not fit, no cycle would try them or say why they wait)."""
+        self.fresh.update(w for w in workloads if w in self.workloads)
+
     def settle(self, result: CycleResult) -> None:
         """The bookkeeping after a cycle whose decisions are in place: who was looked at, who is parked."""
         for b in result.binds:
             self.fresh.discard(b.workload)
+        for ev in result.evictions:  # waiting again, with no reason of its own: to be looked at anew
+            entry = self.workloads.get(ev.workload)
+            if entry is not None and not entry.bound:
+                self.fresh.add(ev.workload)
         for p in result.pending:
             self.fresh.discard(p.workload)
             entry = self.workloads.get(p.workload)

@@ -388,6 +388,7 @@ class Scheduler:
             self.carry.drop()
         binds = {b.task: b for b in [*world.unfinished, *result.binds]}
         self._assume(out, binds, now)
+        world.snapshot.look_again({binds[t].workload for t in out.deferred if t in binds} | out.broken.keys())
         return binds
 
     def _assume(self, out: Outcome, binds: dict[str, Bind], now: float) -> None:
