@@ -18,6 +18,7 @@ compiled (`phalanx.core.traits`); the core reads them from `ProfileTraits`, neve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -30,6 +31,16 @@ from phalanx.core.decisions import Reason
 from phalanx.core.feasibility import Candidates
 from phalanx.core.model import Task, TaskRequest
 from phalanx.core.snapshot import WorkloadEntry
+
+
+@functools.lru_cache(maxsize=64)
+def keep_all(n: int) -> BoolArray:
+    """A filter's "keep every one of n candidates": one read-only array per size, shared, not a new
+    one per placement (filters that mostly keep all answer this on the hot path)."""
+    out = np.ones(n, dtype=np.bool_)
+    out.flags.writeable = False
+    return out
+
 
 if TYPE_CHECKING:
     from phalanx.core.session import Session

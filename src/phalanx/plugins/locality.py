@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
-from phalanx.core.extension import SCORES_ZERO, ClassKeyed, Domain, FloatArray, NodeBound, PlacementContext
+from phalanx.core.extension import (
+    SCORES_ZERO,
+    ClassKeyed,
+    Domain,
+    FloatArray,
+    NodeBound,
+    PlacementContext,
+    keep_all,
+)
 from phalanx.core.feasibility import capacity_of
 from phalanx.core.model import Task, TaskRequest
 from phalanx.plugins.topology import TopologyPlanner
@@ -113,15 +121,6 @@ class DatasetMountFilter(ClassKeyed, NodeBound):
 
     def __init__(self) -> None:
         self._why = "the node does not run the distributed cache's mount"
-        self._kept: dict[int, BoolArray] = {}  # "keep all n", read-only, by n
-
-    def _all(self, n: int) -> BoolArray:
-        out = self._kept.get(n)
-        if out is None:
-            out = np.ones(n, dtype=np.bool_)
-            out.flags.writeable = False
-            self._kept[n] = out
-        return out
 
     def reason(self) -> str:
         return self._why
@@ -140,7 +139,7 @@ class DatasetMountFilter(ClassKeyed, NodeBound):
         ds = distributed(ctx.request)
         n = len(ctx.candidates)
         if not ds:
-            return self._all(n)
+            return keep_all(n)
         mount = facts(ctx.session.snapshot).mount
         keep = mount[ctx.candidates.nodes]
         if not keep.all():

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
-from phalanx.core.extension import ClassKeyed, NodeBound, PlacementContext
+from phalanx.core.extension import ClassKeyed, NodeBound, PlacementContext, keep_all
 from phalanx.core.model import Task, TaskRequest
 
 if TYPE_CHECKING:
@@ -21,16 +21,6 @@ class ReservationFilter(ClassKeyed, NodeBound):
     def __init__(self) -> None:
         self._why = ""
         self._why_of: Reservation | None = None  # the reservation `_why` was written for
-        self._kept: dict[int, BoolArray] = {}  # "keep all n", read-only, by n
-
-    def _all(self, n: int) -> BoolArray:
-        """Keep every one of n candidates: one read-only array per size, not a new one per placement."""
-        out = self._kept.get(n)
-        if out is None:
-            out = np.ones(n, dtype=np.bool_)
-            out.flags.writeable = False
-            self._kept[n] = out
-        return out
 
     def reason(self) -> str:
         return self._why or "nodes reserved for a large gang"
@@ -59,7 +49,7 @@ class ReservationFilter(ClassKeyed, NodeBound):
         r = self.applies(ctx.session, ctx.task)
         n = len(ctx.candidates)
         if r is None:
-            return self._all(n)
+            return keep_all(n)
         if r is not self._why_of:  # said once per reservation, not formatted again per placement
             self._why = f"nodes reserved for {r.workload} until t={r.due:g}"
             self._why_of = r

@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from phalanx.core.cluster import BoolArray
-from phalanx.core.extension import ClassKeyed, PlacementContext
+from phalanx.core.extension import ClassKeyed, PlacementContext, keep_all
 from phalanx.core.fragmentation import task_types_of
 from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 
@@ -33,16 +31,6 @@ class WholeGpuGuard(ClassKeyed):
         self.beta = beta
         self._key: tuple[int, tuple[str, int]] | None = None
         self._share = 0.0
-        self._kept: dict[int, BoolArray] = {}  # "keep all n", read-only, by n
-
-    def _all(self, n: int) -> BoolArray:
-        """Keep every one of n candidates: one read-only array per size, not a new one per placement."""
-        out = self._kept.get(n)
-        if out is None:
-            out = np.ones(n, dtype=np.bool_)
-            out.flags.writeable = False
-            self._kept[n] = out
-        return out
 
     def reason(self) -> str:
         return "untouched GPUs are kept for whole-GPU tasks (whole-gpu-guard)"
@@ -78,7 +66,7 @@ class WholeGpuGuard(ClassKeyed):
     def keep(self, ctx: PlacementContext) -> BoolArray:
         n = len(ctx.candidates)
         if not self.active(ctx.session, ctx.request):
-            return self._all(n)
+            return keep_all(n)
         c = ctx.session.snapshot.cluster
         rows = ctx.candidates.nodes
         return ctx.candidates.narrow_all(c.gpu_milli_free[rows] < MILLI)
