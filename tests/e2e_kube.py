@@ -19,10 +19,11 @@ from typing import Any
 import yaml
 
 from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
-from phalanx.k8s.client.kinds import Kind
+from phalanx.k8s.client.kinds import CONFIG_MAPS, Kind
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.lab.localcluster import ControlPlane
 from phalanx.k8s.loop.scheduler import Scheduler
+from phalanx.k8s.loop.service import CONFIGMAP as SERVICE_CONFIGMAP
 from phalanx.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,6 +230,8 @@ class Kube:
                         k, meta["name"], meta.get("namespace"), grace=0 if k.plural == "pods" else None
                     )
         wait_for("no pods left", lambda: not self.api.list("pods")[0], timeout=30)
+        with suppress(NotFound):  # the last test's scheduler's memory: evictions, budgets, service
+            self.api.delete(CONFIG_MAPS, SERVICE_CONFIGMAP, "phalanx-system")
 
     def terminate(self, gone: set[str]) -> None:
         """Play the kubelet at once: every pod being deleted (a victim terminating) is gone, and
