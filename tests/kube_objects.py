@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -112,3 +113,14 @@ def queue(
 
 def topology(gpus: list[dict[str, Any]], nics: list[dict[str, Any]] | None = None) -> str:
     return json.dumps({"gpus": gpus, "nics": nics or []})
+
+
+def s3_secret(ns: str, key: str, secret: str, name: str = "s3-creds") -> dict[str, Any]:
+    """The Secret a Dataset's `secretRef` names: the object store's keys, as the cache agents read them."""
+    data = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }

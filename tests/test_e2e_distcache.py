@@ -22,7 +22,6 @@ still equal, and the Dataset's status turns `degraded`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from kube_objects import s3_secret
 from nodes_kube import KitCluster, RealNode, kit_cluster, locked, phase, require_kit, skip_or_fail
 from phalanx.k8s import keys
 from phalanx.k8s.admission.mutation import DATASET_GATE
@@ -173,17 +173,7 @@ def _source(s3: Any, name: str) -> dict[str, str]:
 
 
 def _dataset(k: KitCluster, s3: Any, name: str) -> None:
-    k.kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-creds", "namespace": NS},
-            "data": {
-                kk: base64.b64encode(v.encode()).decode()
-                for kk, v in (("AWS_ACCESS_KEY_ID", s3.key), ("AWS_SECRET_ACCESS_KEY", s3.secret))
-            },
-        }
-    )
+    k.kube.apply(s3_secret(NS, s3.key, s3.secret))
     k.kube.create(
         {
             "apiVersion": "scheduling.phalanx.io/v1alpha1",

@@ -30,7 +30,6 @@ How the chart is deployed:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -50,6 +49,7 @@ import yaml
 
 import fake_sysfs
 from e2e_kube import wait_for
+from kube_objects import s3_secret
 from nodes_kube import CHART, KitCluster, RealNode, kit_cluster, kit_values, merge, require_kit, skip_or_fail
 from phalanx.k8s import keys
 from phalanx.k8s.client.kinds import NODES, Kind
@@ -799,17 +799,7 @@ def test_dataset_cache_daemonset_stages_a_copy_that_pods_wait_for_and_read(side:
     clean(k)
     agent = k.pods(SYS, "app.kubernetes.io/component=cache")
     assert [p["spec"]["nodeName"] for p in agent] == [a] and agent[0]["spec"].get("hostNetwork")
-    k.kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-creds", "namespace": NS},
-            "data": {
-                kk: base64.b64encode(v.encode()).decode()
-                for kk, v in (("AWS_ACCESS_KEY_ID", s.s3.key), ("AWS_SECRET_ACCESS_KEY", s.s3.secret))
-            },
-        }
-    )
+    k.kube.apply(s3_secret(NS, s.s3.key, s.s3.secret))
     listing = put_dataset(s, "imagenet")
     want = f"files=24 checksum={hashlib.md5(listing.encode(), usedforsecurity=False).hexdigest()}"
     # bound before the copy exists: kubelet refuses the mount and retries
