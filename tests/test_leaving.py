@@ -83,3 +83,26 @@ def test_reclaim_waits_for_a_victim_still_terminating() -> None:
     assert len(r.evictions) == 1
     p = r.pending_for("a-0")
     assert p is not None and any(h.guard == TERMINATING for h in p.holds)
+
+
+def test_a_gang_waiting_for_leaving_pods_is_not_given_victims_by_a_later_action() -> None:
+    """Reclaim finds the gang waiting for a pod on its way out and claims that pod for it; preempt,
+    asking next in the same cycle, must not read the claim as someone else's and evict for it."""
+    gpu = {"gpu": ResourceQuota(2000)}
+    s = four_gpus(QueueTree([Queue("a", quotas=dict(gpu)), Queue("b", quotas=dict(gpu))]))
+    running(s, ["b-0", "b-1"], queue="b", gpus=(0, 1))
+    running(s, ["a-low"], queue="a", gpus=(2,))  # a lower-priority workload preempt could evict
+    s.add_foreign(ForeignUsage("n0", 1000, 1024, (3,), 1000, "default/b-3", NOW + 30))
+    s.add_workload(make_workload("a-0").podset("p", gpu=1).queue("a").priority(1000).created(NOW).build())
+    prof = compile_profile(
+        {
+            "name": "p",
+            "tie_break": "name",
+            "actions": [{"name": "allocate"}, {"name": "reclaim"}, {"name": "preempt"}],
+            "order": [{"name": "priority"}],
+            "admission": [{"name": "quota"}],
+            "queue_order": {"name": "fairshare"},
+        }
+    )
+    r = run_cycle(s, prof, NOW, np.random.default_rng(0), apply=True)
+    assert not r.evictions

@@ -23,6 +23,7 @@ from phalanx.core.snapshot import Leaving, WorkloadEntry
 # it could be for ever, so a preemptor may evict others instead
 STUCK_S = 60.0
 CLAIMED = "leaving-claimed"  # session memo: leaving pods a waiting gang counts on this cycle
+WAITING = "leaving-waiting"  # session memo: the gangs found waiting for them (asked again: yes)
 
 
 def past_leaving(session: Session, heads: Iterable[WorkloadEntry]) -> Iterator[WorkloadEntry]:
@@ -63,7 +64,10 @@ def waits_for_leaving(session: Session, entry: WorkloadEntry, gang: list[Task]) 
     if not s.leaving or not gang:
         return False
     claimed = session.memo.setdefault(CLAIMED, set())
-    assert isinstance(claimed, set)
+    waiting = session.memo.setdefault(WAITING, set())
+    assert isinstance(claimed, set) and isinstance(waiting, set)
+    if entry.name in waiting:  # a later action (or the same one reaching it again) asks once more:
+        return True  # its own claims must not count against it
     before = list(s.leaving)
     leaving = [lv for lv in before if lv.ends >= session.clock - STUCK_S and lv.owner not in claimed]
     if not leaving:
@@ -76,6 +80,7 @@ def waits_for_leaving(session: Session, entry: WorkloadEntry, gang: list[Task]) 
             if not _place_gang(session, entry, gang, outer=stmt, explain=False).placed:
                 return False
             claimed.update(lv.owner for lv in _used(session, entry, gang, leaving))
+            waiting.add(entry.name)
             return True
         finally:
             stmt.discard()
