@@ -232,6 +232,10 @@ class Kube:
         wait_for("no pods left", lambda: not self.api.list("pods")[0], timeout=30)
         with suppress(NotFound):  # the last test's scheduler's memory: evictions, budgets, service
             self.api.delete(CONFIG_MAPS, SERVICE_CONFIGMAP, "phalanx-system")
+        for ns in self.api.list("namespaces")[0]:  # Events about earlier tests' pods of the same names
+            name = ns["metadata"]["name"]
+            if name != "kube-system":
+                self.api.request("DELETE", f"/api/v1/namespaces/{name}/events")
 
     def terminate(self, gone: set[str]) -> None:
         """Play the kubelet at once: every pod being deleted (a victim terminating) is gone, and
