@@ -38,7 +38,12 @@ def _io(**kw: object) -> IoSpec:
 
 
 def _run(
-    jobs: list[JobSpec], mode: str, nodes: int = 4, outages: tuple[NodeOutage, ...] = (), **kw: object
+    jobs: list[JobSpec],
+    mode: str,
+    nodes: int = 4,
+    outages: tuple[NodeOutage, ...] = (),
+    profile: str = "phalanx",
+    **kw: object,
 ) -> ReplayResult:
     spec = default_runtime()
     spec.io = _io(**kw)
@@ -46,7 +51,7 @@ def _run(
     return replay(
         _nodes(nodes),
         jobs,
-        load_profile("phalanx"),
+        load_profile(profile),
         runtime=RuntimeModel(spec),
         datasets={k: int(v) for k, v in sizes.items()},
         data_cache=DataCache(spec.io, sizes, mode),
@@ -177,14 +182,20 @@ def test_lru_over_the_group_evicts_a_dataset_no_job_reads() -> None:
     assert d.egress_bytes() == pytest.approx(900 * GB)
 
 
-def test_a_job_outside_the_group_reads_over_the_network() -> None:
-    # group: the first 2 nodes (200 GB); 160 GB read by an 8-GPU job placed on n2 or n3 (n0 and
-    # n1 are taken): all 160 GB over its NIC per epoch, 128 s for 100 s of compute -> 4 x 28 s,
-    # after the fetch at min(100, 2 x 10) = 20 Gb/s: 64 s
+def test_a_job_waits_for_a_member_and_without_the_mount_filter_reads_over_the_network() -> None:
+    # group: the first 2 nodes (200 GB), both taken by `hold` until 50,000 s. With the `phalanx`
+    # profile (its dataset-mount filter) the 8-GPU job reading 160 GB waits for a member, as on
+    # Kubernetes: the fetch at min(100, 2 x 10) = 20 Gb/s (64 s), then per epoch 80 GB from its own
+    # NVMe (40 s) and 80 GB over its NIC (64 s) for 100 s of compute: no wait.
     hold = JobSpec("hold", 0, 50_000.0, 16)
     res = _run([hold, _job("a", 1, gpus=8, gb=160.0)], "distributed", group="2")
     a = res.jobs[1]
-    assert a.io_wait_s == pytest.approx(64.0 + 4 * 28.0)
+    assert a.start == pytest.approx(50_000.0) and a.io_wait_s == pytest.approx(64.0)
+    # a profile without the filter (fifo) places it on n2 or n3 at once: all 160 GB over its NIC
+    # per epoch, 128 s for 100 s of compute -> 4 x 28 s after the fetch
+    res = _run([hold, _job("a", 1, gpus=8, gb=160.0)], "distributed", group="2", profile="fifo")
+    a = res.jobs[1]
+    assert a.start == pytest.approx(1.0) and a.io_wait_s == pytest.approx(64.0 + 4 * 28.0)
 
 
 def test_a_count_larger_than_the_cluster_is_named() -> None:

@@ -12,17 +12,22 @@ cache's mount, from the volume servers that hold its chunks:
   of it: the topology planner alone would pick the tightest domain, wherever the data is.
 
 Without a distributed dataset every one of them answers as if it were absent.
+
+Where the bytes are comes with the nodes (the Kubernetes driver builds a fresh snapshot when they
+move). A driver that keeps one snapshot while the cache's chunks move (the twin) tells it with
+`set_distcache_bytes` between cycles instead.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from phalanx.core.cluster import BoolArray
+from phalanx.core.errors import SpecError
 from phalanx.core.extension import (
     SCORES_ZERO,
     ClassKeyed,
@@ -46,13 +51,31 @@ NEAR_LEVELS = ("rack", "spine")
 
 class _Facts:
     """A snapshot's distributed-cache facts as arrays, worked out once per snapshot (they come
-    with its nodes, which a snapshot never changes)."""
+    with its nodes, which a snapshot never changes), the bytes again when a driver sets them."""
 
     def __init__(self, s: Snapshot) -> None:
         self.mount = np.array([n.distcache_mount for n in s.nodes], dtype=np.bool_)
         self.mount.flags.writeable = False
         self._s = weakref.ref(s)
         self._near: dict[str, FloatArray] = {}
+        self._held: dict[str, FloatArray] = {}
+
+    def held(self, dataset: str) -> FloatArray:
+        """Bytes of `dataset` per node: as a driver last set them, else the nodes' `distcache_bytes`."""
+        out = self._held.get(dataset)
+        if out is not None:
+            return out
+        s = self._s()
+        assert s is not None
+        out = np.array([float(n.distcache_bytes.get(dataset, 0)) for n in s.nodes], dtype=np.float64)
+        out.flags.writeable = False
+        self._held[dataset] = out
+        return out
+
+    def set_held(self, dataset: str, held: FloatArray) -> None:
+        held.flags.writeable = False
+        self._held[dataset] = held
+        self._near.pop(dataset, None)
 
     def near(self, dataset: str) -> FloatArray:
         """Per node: the mean, over `NEAR_LEVELS`, of the share of `dataset`'s cached bytes held in
@@ -62,7 +85,7 @@ class _Facts:
             return out
         s = self._s()
         assert s is not None
-        held = np.array([float(n.distcache_bytes.get(dataset, 0)) for n in s.nodes], dtype=np.float64)
+        held = self.held(dataset)
         total = float(held.sum())
         out = np.zeros(len(held), dtype=np.float64)
         if total > 0:
@@ -85,6 +108,19 @@ def facts(s: Snapshot) -> _Facts:
         f = _Facts(s)
         _FACTS[s] = f
     return f
+
+
+def set_distcache_bytes(s: Snapshot, dataset: str, held: Sequence[float]) -> None:
+    """Where a distributed dataset's bytes are now: `held[i]` on `s.nodes[i]`, in place of the
+    nodes' `distcache_bytes` for it. For a driver that keeps its snapshot while the chunks move
+    (the twin); call it between cycles, never during one (a cycle's placement classes keep scores)."""
+    arr = np.array(held, dtype=np.float64)
+    where = f"distributed cache bytes of dataset {dataset!r}"
+    if arr.shape != (len(s.nodes),):
+        raise SpecError(where, f"expected one number per node ({len(s.nodes)}), got shape {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise SpecError(where, "bytes must be finite and >= 0")
+    facts(s).set_held(dataset, arr)
 
 
 def distributed(request: TaskRequest) -> str:
@@ -184,7 +220,7 @@ class DataTopologyPlanner(TopologyPlanner):
 
     def _near_data(self, session: Session, ds: str, tasks: list[Task]) -> Iterator[Domain]:
         s = session.snapshot
-        held = np.array([float(n.distcache_bytes.get(ds, 0)) for n in s.nodes], dtype=np.float64)
+        held = facts(s).held(ds)
         if not held.any():
             return
         by_shape: dict[tuple[object, ...], tuple[TaskRequest, int]] = {}

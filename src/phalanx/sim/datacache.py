@@ -17,7 +17,8 @@ Three modes, as the node cache agent can run (`phalanx cache`):
   after the copies `ahead` asked for): a dataset in use is kept warm where any of its jobs may
   start. No forecast: it costs copies (TB staged), not scheduling time.
 - `distributed`: each dataset striped over a cache group of nodes and fetched from the source once
-  for the group, then read from the members' NVMe over the network (`phalanx.sim.distcache`).
+  for the group, then read from the members' NVMe over the network (`phalanx.sim.distcache`); jobs
+  reading one are placed by the core's distributed-cache filter, score and planner, as on Kubernetes.
 
 In the per-node modes a node holds a whole copy or none (as the cache agent does): a job with a
 node that cannot hold one reads every epoch from the source. Egress (bytes from the source) is the
@@ -32,14 +33,17 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from phalanx.core.forecast import RuntimeOf, estimated_runtime, forecast
+from phalanx.core.model import Node, Workload
 from phalanx.core.profile import Profile
 from phalanx.core.snapshot import Snapshot
-from phalanx.sim.distcache import CacheGroup, group_members
+from phalanx.plugins.locality import set_distcache_bytes
+from phalanx.sim.distcache import CacheGroup, group_members, reading_distributed, with_mount
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.runtime import IoSpec
 
@@ -100,6 +104,16 @@ class DataCache:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown data-cache mode {self.mode!r} ({', '.join(MODES)})")
+
+    def cluster(self, nodes: Sequence[Node]) -> Sequence[Node]:
+        """`distributed`: the nodes with the group's members labelled as cache nodes (the driver's
+        view, `distcache.with_mount`); the per-node modes leave them as they are."""
+        return with_mount(nodes, self.spec.distributed.group) if self.mode == "distributed" else nodes
+
+    def workload(self, w: Workload) -> Workload:
+        """`distributed`: a job reading a dataset reads it through the cache's mount, so the core
+        keeps it on the members and near the chunks; the per-node modes leave it as it is."""
+        return reading_distributed(w) if self.mode == "distributed" else w
 
     def attach(self, snap: Snapshot) -> None:
         self.nodes = [NodeCache(self.spec.capacity_gb * 1e9) for _ in snap.nodes]
@@ -191,11 +205,11 @@ class DataCache:
         self.later_epoch_bytes += per_epoch * max(0.0, epochs - 1.0)
 
     def _publish(self, snap: Snapshot) -> None:
-        """The snapshot learns the group's bytes per node of the datasets that changed."""
+        """The core learns the group's bytes per node of the datasets that changed, as the driver
+        reads them from `status.distributed.servers` (between cycles: a job's start, a node's fault)."""
         assert self.group is not None
         for ds in sorted(self.group.changed):
-            for i in self.group.members:
-                snap.set_cached(ds, i, int(self.group.stored_on(i, ds)))
+            set_distcache_bytes(snap, ds, self.group.bytes_per_node(ds, len(snap.nodes)))
         self.group.changed.clear()
 
     def egress_bytes(self) -> float:

@@ -18,6 +18,11 @@ a group of nodes and fetches each once. This models that, with `io.distributed` 
   on its own NVMe and the rest comes from peers over its NIC; a node outside the group reads all of
   it over the network from the members, as a Fluid FUSE client on any node does. The members' NVMe
   and NICs serve size / members each. The paths run in parallel: an epoch's read takes the longest.
+- Placement, as on Kubernetes: the members carry the label the driver reads
+  (`phalanx.io/distcache=true`, `Node.distcache_mount`), a job reading a dataset is a pod with
+  the cache's mount (`TaskRequest.dataset_distributed`), and the core is told the bytes each member
+  holds (`plugins.locality.set_distcache_bytes`) as the driver reads them from the Dataset's
+  `status.distributed.servers`: the same filter, score and gang planner decide.
 - A member lost (its node fails): with 2 or more replicas no data is lost (its blocks are copied
   again from the other replicas, counted, and taken as done before the next loss); with 1 its stripe
   of each dataset is gone and fetched again by the next job that starts on it. The node comes back
@@ -28,13 +33,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from phalanx.core.errors import SpecError
-from phalanx.core.model import Node
+from phalanx.core.model import Node, Workload
 from phalanx.sim.runtime import IoSpec
 
 _WHERE = "runtime.yaml: io.distributed.group"
+# the node label of the cache nodes, as the Kubernetes driver reads it (docs/datasets.md, "Placement
+# by the distributed cache"); `phalanx.k8s.keys.DISTCACHE_NODE`, which the twin does not import
+MOUNT_LABEL = "phalanx.io/distcache"
 
 
 def group_members(nodes: Sequence[Node], group: str) -> list[int]:
@@ -51,6 +59,38 @@ def group_members(nodes: Sequence[Node], group: str) -> list[int]:
     if not out:
         raise SpecError(_WHERE, f"no node has the label {group}")
     return out
+
+
+def with_mount(nodes: Sequence[Node], group: str) -> list[Node]:
+    """The cluster as the driver would read it: the group's members labelled `MOUNT_LABEL=true`
+    and running the mount (`distcache_mount`), the other nodes not. A node labelled so outside the
+    group is refused: the twin would store nothing there, the driver would place readers on it."""
+    members = set(group_members(nodes, group))
+    out = []
+    for i, n in enumerate(nodes):
+        if i in members:
+            out.append(replace(n, labels={**n.labels, MOUNT_LABEL: "true"}, distcache_mount=True))
+            continue
+        if n.labels.get(MOUNT_LABEL) == "true" or n.distcache_mount:
+            raise SpecError(
+                _WHERE,
+                f"node {n.name} is labelled {MOUNT_LABEL}=true but is not in the cache group {group!r}; "
+                f"name the group by that label ({MOUNT_LABEL}=true) or take the label off",
+            )
+        out.append(n)
+    return out
+
+
+def reading_distributed(w: Workload) -> Workload:
+    """`w` with every pod set that reads a dataset reading it through the cache's mount, as a pod
+    the webhook gave the distributed cache's volume (`TaskRequest.dataset_distributed`)."""
+    if not any(ps.request.dataset for ps in w.podsets):
+        return w
+    sets = tuple(
+        replace(ps, request=replace(ps.request, dataset_distributed=True)) if ps.request.dataset else ps
+        for ps in w.podsets
+    )
+    return replace(w, podsets=sets)
 
 
 @dataclass
@@ -91,6 +131,14 @@ class CacheGroup:
         if h is None or node not in self.up:
             return 0.0
         return h.cached * self.replicas() / len(self.up)
+
+    def bytes_per_node(self, ds: str, nodes: int) -> list[int]:
+        """Whole bytes of `ds` on each of `nodes` nodes (0 off the group): what `phalanx distcache`
+        would write into the Dataset's `status.distributed.servers`, one server per member."""
+        out = [0] * nodes
+        for i in self.members:
+            out[i] = int(self.stored_on(i, ds))
+        return out
 
     def _fit(self, keep: str, want: float) -> float:
         """Make room for `want` unique bytes of `keep` (LRU, never a dataset being read); what fits."""

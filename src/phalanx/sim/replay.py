@@ -326,16 +326,16 @@ class ReplayRun:
     def __init__(self, inputs: ReplayInputs, profile: Profile, settings: ReplaySettings) -> None:
         jobs, queues = inputs.jobs, inputs.queues
         _check_leaf_queues(jobs, queues)
-        types = _task_types(jobs)
+        self.data = inputs.data_cache
+        types = _task_types(jobs, self.data)
         self.snap = Snapshot(
-            inputs.nodes,
+            inputs.nodes if self.data is None else self.data.cluster(inputs.nodes),
             topology_levels=inputs.topology_levels,
             datasets=inputs.datasets,
             task_types=types,
             queues=queues,
         )
         self.model = inputs.runtime or RuntimeModel()
-        self.data = inputs.data_cache
         if self.data is not None:  # the dynamic model replaces the static cache factor
             self.model = RuntimeModel(self.model.spec.model_copy(update={"cache": CacheSpec(enabled=False)}))
             self.data.attach(self.snap)
@@ -435,7 +435,8 @@ class ReplayRun:
     def _arrive(self, name: str) -> None:
         spec = self.recs[name].spec
         st = self.settings
-        self.snap.add_workload(spec.workload(st.checkpoint_interval, spec.duration if st.estimates else None))
+        w = spec.workload(st.checkpoint_interval, spec.duration if st.estimates else None)
+        self.snap.add_workload(w if self.data is None else self.data.workload(w))
         self.shares.arrive(spec.queue, spec.gpu_amount)
         if self.data is not None:
             self.data.arrive(spec)
@@ -630,11 +631,12 @@ def _bound_nodes(entry: WorkloadEntry) -> list[int]:
     return sorted({a.node for a in entry.bound.values()})
 
 
-def _task_types(jobs: Sequence[JobSpec]) -> list[TaskType]:
-    """The trace's task-type distribution (for FGD scoring and the fragmentation metric)."""
+def _task_types(jobs: Sequence[JobSpec], data: DataCache | None = None) -> list[TaskType]:
+    """The trace's task-type distribution (for FGD scoring and the fragmentation metric), of the
+    workloads as the replay makes them (`data` marks those reading the distributed cache)."""
     counts: dict[tuple[object, ...], tuple[object, int]] = {}
     for j in jobs:
-        w = j.workload()
+        w = j.workload() if data is None else data.workload(j.workload())
         for ps in w.podsets:
             key = ps.request.shape_key
             req, n = counts.get(key, (ps.request, 0))
