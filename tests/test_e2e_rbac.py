@@ -6,13 +6,19 @@ comment saying why.
 One tour covers every component: the scheduler (gang, preemption, DRA claim, GPU shares with
 reservation pods, a staging request, PodGroup and Queue status, Events, its Lease and attained
 service, a reviewed caller of /metrics), the webhook (its certificate Secret and the caBundle of
-its configuration), discovery on a node, the device plugin's pod marks, the dataset cache agent
-and a reservation pod reporting its GPU.
+its configuration; with the chart's --distcache-root, the Dataset of a pod it gates), discovery on
+a node, the device plugin's pod marks, the dataset cache agent, a reservation pod reporting its
+GPU, and `phalanx distcache` (one look over a distributed Dataset behind S3 credentials, cached in
+a real SeaweedFS of one volume server: Datasets listed, the Secret read, the status patched, the
+held pod told why it waits, its gate lifted and told it may start). The chart is rendered with
+distcache.enabled; only its service accounts and RBAC are applied, not the SeaweedFS workloads.
+Without a `weed` binary the tour skips (fails with PHALANX_REQUIRE_S3=1).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +28,8 @@ import rbac_audit
 from e2e_kube import ROOT, Kube
 from helm_chart import CHART, render
 from phalanx.k8s.lab.localcluster import ControlPlane, Unavailable
-from rbac_tour import NS, Hook, node_side, scheduler_tour, shadow_tour, token
+from phalanx.node.objectstore import Unavailable as NoWeed
+from rbac_tour import NS, Engine, Hook, distcache_tour, node_side, scheduler_tour, shadow_tour, token
 from test_e2e_native import GATES
 
 pytestmark = pytest.mark.e2e
@@ -33,6 +40,7 @@ VALUES = {
     "devicePlugin": {"enabled": True},
     "cache": {"enabled": True},
     "shadow": {"enabled": True},
+    "distcache": {"enabled": True},  # its RBAC objects only: the SeaweedFS workloads are not run
 }
 # Granted, not (always) called in this tour, each with the reason it stays: (account, group,
 # resource, verb) -> why.
@@ -113,13 +121,31 @@ def tour(audited: tuple[Kube, Path], tmp_path_factory: pytest.TempPathFactory) -
             kube.apply(d)
     cfgs = {
         n: str(kube.cp.kubeconfig_for_token(token(kube, f"phalanx-{n}"), n))
-        for n in ("scheduler", "webhook", "node", "device-plugin", "cache", "gpu-reservation", "shadow")
+        for n in (
+            "scheduler",
+            "webhook",
+            "node",
+            "device-plugin",
+            "cache",
+            "gpu-reservation",
+            "shadow",
+            "distcache",
+        )
     }
     tmp = tmp_path_factory.mktemp("tour")
-    with Hook(kube, docs, cfgs["webhook"]):
-        scheduler_tour(kube, cfgs, tmp)
-    node_side(kube, cfgs, tmp)
-    shadow_tour(kube, cfgs["shadow"])
+    with Engine() as engine:  # SeaweedFS starts while the scheduler's leg runs
+        with Hook(kube, docs, cfgs["webhook"]):
+            scheduler_tour(kube, cfgs, tmp)
+            try:
+                engine.ready()
+            except NoWeed as e:
+                if os.environ.get("PHALANX_REQUIRE_S3") == "1":
+                    pytest.fail(f"PHALANX_REQUIRE_S3=1 but {e}")
+                pytest.skip(f"no SeaweedFS for phalanx distcache: {e}")
+            distcache_tour(kube, cfgs["distcache"], engine)  # the webhook gates its pod
+            engine.close()  # and it stops while the other legs run
+        node_side(kube, cfgs, tmp)
+        shadow_tour(kube, cfgs["shadow"])
     return rbac_audit.uses(log, NS)
 
 
