@@ -107,6 +107,11 @@ class DistKit:
         return dict((got.get("status") or {}).get("distributed") or {})
 
 
+def kit_root() -> Path:
+    """This process's folder for the volumes, the filer's store and the mounts."""
+    return Path(f"/var/lib/phalanx-kit-distcache-{os.getpid()}")
+
+
 def _volume_servers(master: str) -> list[str]:
     """The volume servers the master lists (none while it does not answer)."""
     try:
@@ -132,7 +137,7 @@ def distcache_cluster(
 
     require_kit()
     image = weed_image()
-    root = Path(f"/var/lib/phalanx-kit-distcache-{os.getpid()}")
+    root = kit_root()
     (root / "mount").mkdir(parents=True, exist_ok=True)
     # a shared mount before the kubelets start: their mount namespaces (copies, propagation
     # unchanged) then receive the FUSE mount made later under it
@@ -158,6 +163,7 @@ def distcache_cluster(
                 "distcache": {
                     "enabled": True,
                     "image": {"repository": WEED_IMAGE, "tag": WEED_TAG, "pullPolicy": "Never"},
+                    "allowUntrustedRemoteEndpoints": True,  # the source is on a node's address
                     "master": {
                         **host,
                         "port": mp,
@@ -176,7 +182,6 @@ def distcache_cluster(
                         "hostPath": str(root / "volumes"),
                         "max": max_volumes,
                         "minFreeSpace": "1MiB",
-                        "allowUntrustedRemoteEndpoints": True,  # the source is on a node's address
                         # null drops the chart's default key (helm merges maps)
                         "nodeSelector": {VOLUME_LABEL: "true", keys.DISTCACHE_NODE: None},
                         "resources": SMALL,

@@ -21,7 +21,8 @@ HOSTED: dict[str, Any] = {
         "image": {"repository": "registry.example/seaweedfs", "tag": "9.9", "pullPolicy": "Always"},
         "master": {"address": "10.1.2.3:9333.19333", "hostNetwork": True},
         "filer": {"address": "10.1.2.3:8888.18888", "store": {"hostPath": "/srv/filer"}},
-        "volume": {"hostPath": "/nvme/weed", "max": 7, "allowUntrustedRemoteEndpoints": True},
+        "volume": {"hostPath": "/nvme/weed", "max": 7},
+        "allowUntrustedRemoteEndpoints": True,
         "mount": {"hostPath": "/run/phalanx-fuse"},
     }
 }
@@ -106,6 +107,19 @@ def test_volume_servers_sit_on_the_cache_nodes_nvme_one_folder_per_node() -> Non
     assert (
         "-volume.allowUntrustedRemoteEndpoints"
         not in container(render(ON), "DaemonSet", "phalanx-distcache-volume")["command"]
+    )
+
+
+def test_the_filer_reads_through_to_a_private_source_only_when_allowed() -> None:
+    """A file the full cache cannot take is streamed from the source by the filer, which refuses
+    private and in-cluster endpoints unless told (found with the cache full on real nodes)."""
+    assert (
+        "-allowUntrustedRemoteEndpoints"
+        in container(render(HOSTED), "StatefulSet", "phalanx-distcache-filer")["command"]
+    )
+    assert (
+        "-allowUntrustedRemoteEndpoints"
+        not in container(render(ON), "StatefulSet", "phalanx-distcache-filer")["command"]
     )
 
 

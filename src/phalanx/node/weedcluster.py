@@ -88,6 +88,7 @@ class WeedCluster:
             [
                 *(weed, "filer", *loop, f"-port={ports[2]}", f"-port.grpc={ports[3]}"),
                 *(f"-master={self.master}", f"-defaultStoreDir={self._dir / 'filer'}"),
+                "-allowUntrustedRemoteEndpoints",  # reads through to the loopback source
             ],
         )
         deadline = time.monotonic() + timeout
