@@ -248,3 +248,36 @@ def test_an_empty_or_missing_source_fails_clearly(s3: Any, weed_cluster: Any) ->
     assert e["reason"] == f"no objects under s3://{empty}"
     assert (g["state"], g["cachedBytes"]) == ("failed", 0)
     assert f"s3://{gone}" in g["reason"], g["reason"]
+
+
+def test_a_fetch_that_failed_is_retried_after_the_pause_not_at_every_look(s3: Any) -> None:
+    """A cache too small for the dataset: the fetch fails, and the next look leaves it alone for
+    RETRY_S (it used to read the missing files through the filer again every look, 2 s apart)."""
+    from phalanx.node.objectstore import Unavailable
+    from phalanx.node.weedcluster import WeedCluster
+
+    try:
+        small = WeedCluster(volumes=1, max_volumes=1, volume_mb=8).start()
+    except Unavailable as e:
+        pytest.skip(f"no SeaweedFS: {e}")
+    try:
+        prefix = f"{s3.bucket}/toobig-{secrets.token_hex(4)}"
+        fs = s3.filesystem()
+        for i in range(4):  # 16 MiB for a cache of 8
+            fs.pipe_file(f"{prefix}/f{i}", os.urandom(4 << 20))
+        client = StubClient(
+            [_dataset(s3, prefix, "toobig", 1)],
+            {"AWS_ACCESS_KEY_ID": s3.key, "AWS_SECRET_ACCESS_KEY": s3.secret},
+        )
+        cache = dc.DistCache(client, dc.Weed(small.master, small.filer))  # type: ignore[arg-type]
+        cache.look()
+        first = client.last("team-a/toobig")
+        assert first["state"] == "failed", first
+        said = len(client.statuses["team-a/toobig"])
+        cache.look()
+        assert len(client.statuses["team-a/toobig"]) == said, client.statuses["team-a/toobig"][said:]
+        cache.failed["team-a/toobig"] -= dc.RETRY_S  # the pause over
+        cache.look()
+        assert len(client.statuses["team-a/toobig"]) > said
+    finally:
+        small.stop()

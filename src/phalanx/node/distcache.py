@@ -424,7 +424,8 @@ class DistCache:
             self.failed[ds.key] = time.monotonic()
             summary = _failed(str(e))
         else:
-            self.failed.pop(ds.key, None)
+            if summary.state != "failed":  # else retried after RETRY_S, not at the next look
+                self.failed.pop(ds.key, None)
         self._status(
             ds.namespace,
             ds.name,
@@ -537,9 +538,13 @@ class DistCache:
                 self.weed.uncache(path, before.lost)
             bad = self.weed.read_through(path, before.missing, self.concurrent)
             log.info("dataset %s: read %d missing files through the filer", ds.key, len(before.missing))
+            summary = summarize(source, self.weed.files(path), self.weed.locations(), ds.copies)
+            kept = len(before.missing) - len(summary.missing)
+            if not bad and summary.missing and kept <= 0:  # read, but not kept: no room
+                bad = [f"{len(summary.missing)} files read through but not kept (is the cache full?)"]
         else:
             bad = self._remote_cache(ds, path, source)
-        summary = summarize(source, self.weed.files(path), self.weed.locations(), ds.copies)
+            summary = summarize(source, self.weed.files(path), self.weed.locations(), ds.copies)
         if bad and summary.state == "caching":
             summary.state, summary.reason = "failed", f"{len(bad)} fetches failed, e.g. {bad[0]}"
             self.failed[ds.key] = time.monotonic()
