@@ -40,6 +40,9 @@ class GroupLookup:
         self.done: dict[tuple[str, str], float] = {}
         self.found = 0
         self.since: int | None = None  # the cache's generation at the last look (None: look at all)
+        # groups found missing past a cycle's AT_MOST: their pods are not in the next feed, so they
+        # are kept here for the next look (else they were never looked up unless their pods changed)
+        self.later: list[tuple[str, str]] = []
 
     def _changed_pods(self) -> list[dict[str, Any]]:
         """The pods that changed since the last look (all of them the first time, or when the feed
@@ -55,8 +58,13 @@ class GroupLookup:
         return [o for k in sorted(keys_) if (o := self.store.get(PODS.key, k)) is not None]
 
     def missing(self, world: World) -> list[tuple[str, str]]:
-        """(namespace, name) of the groups whose changed pods name a PodGroup the cache does not hold."""
+        """(namespace, name) of the groups whose changed pods name a PodGroup the cache does not hold,
+        after those left over from the last look that still lack it."""
         out: dict[tuple[str, str], None] = {}
+        for ns, name in self.later:
+            g = world.groups.get(f"{ns}/{name}")
+            if g is not None and g.pod_group is None and (ns, name) not in self.done:
+                out[(ns, name)] = None
         for obj in self._changed_pods():
             meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
             if (spec.get("schedulingGroup") or {}).get("podGroupName"):
@@ -74,6 +82,7 @@ class GroupLookup:
     def look(self, world: World) -> bool:
         """Look the missing PodGroups up; True when one was found (the cycle reads again)."""
         todo = self.missing(world)
+        self.later = todo[AT_MOST:]
         if not todo:
             return False
         now = time.monotonic()
