@@ -40,7 +40,7 @@ def scheduled_type(obj: dict[str, Any]) -> str:
 class NativeStatus:
     def __init__(self, api: Api, submit: Any) -> None:
         self.api = api
-        self.submit = submit  # Writer.submit: (what, fn) -> bool
+        self.submit = submit  # Writer.submit: (what, fn, first=...) -> bool
         self.said: dict[str, tuple[tuple[str, str, str], ...]] = {}  # PodGroup uid -> conditions written
         self.last: dict[str, tuple[str, str, str]] = {}  # workload -> its last PodGroupScheduled
         self.disrupted: dict[str, str] = {}  # PodGroup uid -> why it was preempted
@@ -136,5 +136,6 @@ class NativeStatus:
         if self.submit(
             f"the status of {obj.get('kind') or 'PodGroup'} {ns}/{name}",
             lambda: self.api.patch_status(kind_key, name, ns, body),
+            first=uid not in self.said,
         ):
             self.said[uid] = key
