@@ -44,6 +44,11 @@ from phalanx.k8s.read.world import World
 log = logging.getLogger("phalanx.k8s")
 OUR_PODGROUPS = f"{keys.GROUP}/{keys.VERSION}/podgroups"
 OUR_QUEUES = f"{keys.GROUP}/{keys.VERSION}/queues"
+# An object told again with the same reason, only its numbers moved (free GPUs, a forecast), is told
+# at most this often: every bind moves the numbers of every waiting pod, and each Event is an object
+# in etcd (kube's own event recorder caps an object at a burst, then one every 5 minutes). A new
+# reason is told at once; the latest text is told once the pause is over.
+RETELL_S = 30.0
 
 
 # what a core reason means on Kubernetes, where the core cannot know the keys
@@ -212,9 +217,11 @@ class Writer(threading.Thread):
 
 
 class Explainer:
-    def __init__(self, api: Api, max_events: int = 5000) -> None:
+    def __init__(self, api: Api, max_events: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.max_events = max_events  # per cycle; the rest are said in a later cycle
+        self.clock = clock
+        self.told_at: dict[tuple[str, str], tuple[str, float]] = {}  # (key, uid) -> (reason, when) last told
         # (object key, uid) -> the last Event said of it: by uid too, for a pod remade under the same
         # name (a Job's or a training operator's, after an eviction) is a new pod to tell
         self.said: dict[tuple[str, str], str] = {}
@@ -238,6 +245,10 @@ class Explainer:
         before = self.said.get(said)
         if before == reason + message or budget[0] <= 0:
             return
+        now = self.clock()
+        last = self.told_at.get(said)
+        if before is not None and last is not None and last[0] == reason and now - last[1] < RETELL_S:
+            return  # the same reason, its numbers moved: told again once the pause is over
         if self.writer.submit(
             f"an event on {key}",
             lambda: self.api.event(obj, reason, message, warning),
@@ -246,6 +257,7 @@ class Explainer:
             first=before is None,  # a pod's first word is not queued behind rewrites of others'
         ):
             self.said[said] = reason + message
+            self.told_at[said] = (reason, now)
             budget[0] -= 1
 
     def _forget_gone(self, pod_objects: dict[str, dict[str, Any]]) -> None:
@@ -254,6 +266,7 @@ class Explainer:
             return
         here = {(k, _uid(o)) for k, o in pod_objects.items()}
         self.said = {s: m for s, m in self.said.items() if s in here or "/" not in s[0]}
+        self.told_at = {s: t for s, t in self.told_at.items() if s in self.said}
 
     def write(
         self,
