@@ -101,16 +101,18 @@ def test_a_reader_waits_for_a_member_and_is_told_why() -> None:
     assert told and "no room on the 1 node(s) that run its mount" in json.dumps(told[0])
 
 
-def test_a_gang_goes_to_the_rack_holding_most_of_the_stripes() -> None:
+def test_stripes_spread_evenly_leave_the_gang_to_tight_packing() -> None:
     # group: every node; the first reader's fetch stripes the dataset evenly over the 5 members,
-    # 3/5 of it in r2. The topology planner alone packs the gang into r1 (2 nodes, first by name)
+    # 3/5 of it in r2 for its 3 members: as much per member in either rack, so no rack is nearer
+    # the data and the gang packs as the topology planner packs it, into r1 (the tighter, 2 nodes).
+    # Ordering by bytes here cost 7-8 % of the average JCT on the Gavel replay.
     nodes = cluster({"r1": ["a", "b"], "r2": ["c", "d", "e"]})
     first = JobSpec("first", 0, 10.0, 1, dataset=DS, dataset_bytes=40 * GB)
     res, log = run(nodes, [first, gang("g", 10_000)], "distributed")
-    assert placed(log, "g") <= {"c", "d", "e"} and len(placed(log, "g")) == 2
+    assert placed(log, "g") == {"a", "b"}
     assert res.data is not None and res.data.group is not None
     assert res.data.group.bytes_per_node(DS, 5) == [8 * GB] * 5
-    # a gang on a dataset nothing holds yet, and the same gang with per-node copies: r1
+    # the same as a gang on a dataset nothing holds yet, and with per-node copies
     _, log = run(nodes, [first, gang("g", 10_000, ds="team-a/other")], "distributed")
     assert placed(log, "g") == {"a", "b"}
     _, log = run(nodes, [first, gang("g", 10_000)], "first-use")
@@ -223,4 +225,4 @@ def test_the_twin_and_the_driver_see_the_same_and_place_alike() -> None:
     # the same placement
     result = run_cycle(s, load_profile("phalanx"), 0.0, np.random.default_rng(0))
     assert {b.node for b in result.binds} == twin
-    assert twin <= {"c", "d", "e"} and len(twin) == 2
+    assert len(twin) == 2

@@ -37,7 +37,7 @@ from phalanx.core.extension import (
     PlacementContext,
     keep_all,
 )
-from phalanx.core.feasibility import capacity_of
+from phalanx.core.feasibility import UNBOUNDED, capacity_of
 from phalanx.core.model import Task, TaskRequest
 from phalanx.plugins.topology import TopologyPlanner
 
@@ -197,6 +197,17 @@ def why_not_mounted(dataset: str, mounts: int) -> str:
     )
 
 
+def spread_evenly(data: FloatArray, members: FloatArray, within: float = 0.1) -> bool:
+    """True if every domain with cache members holds about as much per member (within 10 %): the
+    data then favours none of them, and ordering by it would only undo the tight packing (tried on
+    the Gavel replay, whose twin spreads blocks evenly: 7-8 % worse average JCT)."""
+    has = members > 0
+    if not has.any() or (data[~has] > 0).any():
+        return False
+    per = data[has] / members[has]
+    return bool(per.min() > 0 and per.max() <= per.min() * (1 + within))
+
+
 class DataTopologyPlanner(TopologyPlanner):
     """The topology planner; for a gang reading a distributed dataset, the racks and then the
     spines holding the most of it are tried first (those whose free capacity could host the whole
@@ -237,8 +248,19 @@ class DataTopologyPlanner(TopologyPlanner):
             for cap, k in caps:
                 fits &= np.bincount(dom, weights=np.minimum(cap, k), minlength=ndom) >= k
             data = np.bincount(dom, weights=held, minlength=ndom)
+            members = np.bincount(dom, weights=facts(s).mount, minlength=ndom).astype(np.float64)
+            if spread_evenly(data.astype(np.float64), members):
+                continue  # no domain is nearer the data than another: the topology planner's order
             cand = np.nonzero(fits & (data > 0))[0]
-            for d in cand[np.lexsort((cand, -data[cand]))][: self.max_domains]:
+            # most of the data first, in whole percent of it: racks holding about as much go
+            # tightest first, as the topology planner orders them, not by name
+            share = np.round(data[cand] * (100.0 / float(data.sum())))
+            slack = np.zeros(ndom, dtype=np.float64)
+            for cap, _ in caps:
+                slack += np.bincount(
+                    dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom
+                )
+            for d in cand[np.lexsort((cand, slack[cand], -share))][: self.max_domains]:
                 mask = dom == d
                 node = s.nodes[int(np.argmax(mask))]
                 yield Domain(level, node.topology.get(level, node.name), mask)
