@@ -37,7 +37,6 @@ with a message. Prints one JSON object, then a markdown table.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import hashlib
 import json
@@ -48,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,9 @@ from phalanx.node import distcache as dc
 from phalanx.node.objectstore import S3Server, Unavailable, find_weed
 from phalanx.node.weedcluster import WeedCluster
 from slowlink import SlowLink
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_distcache import StubClient  # the controller's three API calls, no cluster
 
 MIB = 1 << 20
 PREFIX = "ds"  # the dataset's folder in the source bucket
@@ -159,37 +161,6 @@ def du(path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------ SeaweedFS
-@dataclass
-class _Obj:
-    raw: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.raw
-
-
-@dataclass
-class _Secret:
-    data: dict[str, str]
-
-
-@dataclass
-class StubClient:
-    """The three API calls `DistCache` makes (as tests/test_distcache.py drives it): no cluster."""
-
-    datasets: list[dict[str, Any]]
-    secret: dict[str, str]
-    statuses: list[dict[str, Any]] = field(default_factory=list)
-
-    def list(self, res: Any, namespace: str = "") -> list[_Obj]:
-        return [_Obj(d) for d in self.datasets]
-
-    def get(self, res: Any, name: str, namespace: str = "") -> _Secret:
-        return _Secret({k: base64.b64encode(v.encode()).decode() for k, v in self.secret.items()})
-
-    def patch(self, res: Any, name: str, body: dict[str, Any], namespace: str = "", **_: Any) -> None:
-        self.statuses.append(body["status"]["distributed"])
-
-
 def run_seaweedfs(src: Source, work: Path, replicas: int) -> dict[str, Any]:
     weed = find_weed()
     with WeedCluster(volumes=3, max_volumes=8, volume_mb=64) as cluster:
@@ -209,7 +180,7 @@ def run_seaweedfs(src: Source, work: Path, replicas: int) -> dict[str, Any]:
         t0 = time.monotonic()
         ctl.look()
         took = time.monotonic() - t0
-        st = client.statuses[-1]
+        st = client.last("bench/big")
         if st["state"] != "ready":
             raise RuntimeError(f"SeaweedFS: the dataset is {st['state']}: {st.get('reason')}")
         cache = {

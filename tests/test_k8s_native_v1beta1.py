@@ -233,7 +233,7 @@ def test_conditions_follow_the_version_and_initially_scheduled_stays_true() -> N
         def patch_status(self, kind: str, name: str, ns: str, body: dict[str, Any]) -> None:
             patched.append((kind, name, body))
 
-    status = NativeStatus(Api(), lambda what, fn: fn() or True)  # type: ignore[arg-type]
+    status = NativeStatus(Api(), lambda what, fn, **_: fn() or True)  # type: ignore[arg-type]
     w = world(tree_pods(), tree())
     r = cycle(w)
     bound = {b.task for b in r.binds}

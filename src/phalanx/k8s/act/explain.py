@@ -44,11 +44,13 @@ from phalanx.k8s.read.world import World
 log = logging.getLogger("phalanx.k8s")
 OUR_PODGROUPS = f"{keys.GROUP}/{keys.VERSION}/podgroups"
 OUR_QUEUES = f"{keys.GROUP}/{keys.VERSION}/queues"
-# An object told again with the same reason, only its numbers moved (free GPUs, a forecast), is told
-# at most this often: every bind moves the numbers of every waiting pod, and each Event is an object
-# in etcd (kube's own event recorder caps an object at a burst, then one every 5 minutes). A new
-# reason is told at once; the latest text is told once the pause is over.
+# A pod told again with the same reason, only its text changed (free GPUs, a forecast, pods still
+# to come), is told at once RETELL_BURST times, then at most once every RETELL_S: every bind moves the
+# numbers of every waiting pod, and each Event is an object in etcd (kube's own event recorder lets
+# an object a burst, then one every 5 minutes). A new reason is told at once and refills the burst;
+# the latest text is told when a turn comes.
 RETELL_S = 30.0
+RETELL_BURST = 5
 
 
 # what a core reason means on Kubernetes, where the core cannot know the keys
@@ -221,7 +223,8 @@ class Explainer:
         self.api = api
         self.max_events = max_events  # per cycle; the rest are said in a later cycle
         self.clock = clock
-        self.told_at: dict[tuple[str, str], tuple[str, float]] = {}  # (key, uid) -> (reason, when) last told
+        # (key, uid) -> (the reason last told, re-tells left, when they were counted)
+        self.told_at: dict[tuple[str, str], tuple[str, float, float]] = {}
         # (object key, uid) -> the last Event said of it: by uid too, for a pod remade under the same
         # name (a Job's or a training operator's, after an eviction) is a new pod to tell
         self.said: dict[tuple[str, str], str] = {}
@@ -247,8 +250,12 @@ class Explainer:
             return
         now = self.clock()
         last = self.told_at.get(said)
-        if before is not None and last is not None and last[0] == reason and now - last[1] < RETELL_S:
-            return  # the same reason, its numbers moved: told again once the pause is over
+        left = float(RETELL_BURST)
+        if before is not None and last is not None and last[0] == reason:
+            left = min(float(RETELL_BURST), last[1] + (now - last[2]) / RETELL_S)
+            if left < 1.0:
+                return  # the same reason again, too often: told when a turn comes
+            left -= 1.0
         if self.writer.submit(
             f"an event on {key}",
             lambda: self.api.event(obj, reason, message, warning),
@@ -257,7 +264,7 @@ class Explainer:
             first=before is None,  # a pod's first word is not queued behind rewrites of others'
         ):
             self.said[said] = reason + message
-            self.told_at[said] = (reason, now)
+            self.told_at[said] = (reason, left, now)
             budget[0] -= 1
 
     def _forget_gone(self, pod_objects: dict[str, dict[str, Any]]) -> None:
