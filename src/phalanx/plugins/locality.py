@@ -37,9 +37,9 @@ from phalanx.core.extension import (
     PlacementContext,
     keep_all,
 )
-from phalanx.core.feasibility import UNBOUNDED, capacity_of
+from phalanx.core.feasibility import capacity_of
 from phalanx.core.model import Task, TaskRequest
-from phalanx.plugins.topology import TopologyPlanner
+from phalanx.plugins.topology import TopologyPlanner, domain_slack
 
 if TYPE_CHECKING:
     from phalanx.core.session import Session
@@ -255,11 +255,7 @@ class DataTopologyPlanner(TopologyPlanner):
             # most of the data first, in whole percent of it: racks holding about as much go
             # tightest first, as the topology planner orders them, not by name
             share = np.round(data[cand] * (100.0 / float(data.sum())))
-            slack = np.zeros(ndom, dtype=np.float64)
-            for cap, _ in caps:
-                slack += np.bincount(
-                    dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom
-                )
+            slack = domain_slack(dom, caps, ndom)
             for d in cand[np.lexsort((cand, slack[cand], -share))][: self.max_domains]:
                 mask = dom == d
                 node = s.nodes[int(np.argmax(mask))]

@@ -11,6 +11,7 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
+from phalanx.core.cluster import IntArray
 from phalanx.core.extension import SCORES_ZERO, ClassKeyed, Domain, FloatArray, PlacementContext
 from phalanx.core.feasibility import UNBOUNDED, capacity_of, node_capacity
 from phalanx.core.model import Task, TaskRequest
@@ -74,11 +75,7 @@ class TopologyPlanner:
             cand = np.nonzero(fits)[0]
             if not len(cand):  # often so at the node level: no slack worked out for nothing
                 continue
-            slack = np.zeros(ndom, dtype=np.float64)
-            for cap, _ in caps:
-                slack += np.bincount(
-                    dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom
-                )
+            slack = domain_slack(dom, caps, ndom)
             order = cand[np.lexsort((cand, slack[cand]))][: self.max_domains]
             for d in order:
                 mask = dom == d
@@ -88,6 +85,14 @@ class TopologyPlanner:
                 yield Domain(level, label, mask, required=required)
         if not required:
             yield Domain("cluster", "", None)
+
+
+def domain_slack(dom: IntArray, caps: list[tuple[IntArray, int]], ndom: int) -> FloatArray:
+    """Per domain, the tasks of each shape it could still hold, summed: lower is tighter."""
+    slack = np.zeros(ndom, dtype=np.float64)
+    for cap, _ in caps:
+        slack += np.bincount(dom, weights=np.minimum(cap, UNBOUNDED // 2).astype(np.float64), minlength=ndom)
+    return slack
 
 
 class GangAffinityScorer(ClassKeyed):
