@@ -20,7 +20,18 @@ def test_a_podgroup_its_watch_has_not_delivered_is_read_before_its_pods_are_plac
     kube.create(pod_group("g", 3))
     key = OUR_POD_GROUPS.key
     with running(kube) as s:
-        cached = wait_for("the PodGroup cached", lambda: s.store.get(key, "default/g"))
+        # cached with the status the scheduler writes on it first: taken out before that write came
+        # back on the watch, the PodGroup would be put back by it, not looked up (a CI-like run
+        # under load: found == 0)
+        cached = wait_for(
+            "the PodGroup cached with its first status",
+            lambda: (
+                (o := s.store.get(key, "default/g")) is not None
+                and (o.get("status") or {}).get("phase")
+                and o
+            ),
+        )
+        s.explainer.flush()
         s.store.apply(key, "DELETED", cached)  # as if its watch were behind the pods' watch
         for k in range(2):
             kube.create(pod(f"g-{k}", gpus=2, annotations={"phalanx.io/pod-group": "g"}))
