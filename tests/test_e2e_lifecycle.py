@@ -303,15 +303,27 @@ def test_a_preemption_refused_by_a_disruption_budget_is_told_to_the_preemptor(ku
     assert not kube.node_of("high")
 
 
-def test_time_slicing_waits_for_the_checkpoint_the_job_reports(kube: Kube) -> None:
-    """The default time-slices a long job of a higher LAS level only just after a checkpoint. By
+def _time_slicing(tmp_path: Path) -> str:
+    """The default with LAS time-slicing after a 4 h quantum (the default before restarts counted)."""
+    prof = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
+    prof["name"] = "phalanx-queues-time-slicing"
+    for action in prof["actions"]:
+        if action["name"] == "preempt":
+            action["args"].update(by="order", quantum=14400)
+    path = tmp_path / "slicing.yaml"
+    path.write_text(yaml.safe_dump(prof))
+    return str(path)
+
+
+def test_time_slicing_waits_for_the_checkpoint_the_job_reports(kube: Kube, tmp_path: Path) -> None:
+    """Time-slicing evicts a long job of a higher LAS level only just after a checkpoint. By
     its bind's clock (started 6.5 h ago, checkpoints every hour) the next one is 30 minutes away;
     once the job reports one (`phalanx.io/last-checkpoint`) whose next is due in seconds, the
     watch brings the annotation in and the job is evicted then."""
     kube.api.create("nodes", node("n0", gpus=2))
     every = {"phalanx.io/checkpoint-interval": "3600"}
     kube.create(pod("old", gpus=2, annotations=every))
-    with running(kube, profile="phalanx-queues"):
+    with running(kube, profile=_time_slicing(tmp_path)):
         wait_for("old bound", lambda: kube.node_of("old"), timeout=20)
         started = time.time() - 6.5 * 3600  # 13 GPU-hours: past the first LAS level, past the 4 h quantum
         kube.run_pod("old", started_at=started)

@@ -12,12 +12,15 @@ import csv
 import hashlib
 import io
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
+import yaml
 
 from phalanx.cli.simulate import embedded_replay_cluster
-from phalanx.profiles import load_profile
+from phalanx.core.profile import Profile
+from phalanx.profiles import compile_profile, load_profile
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.replay import replay
 
@@ -27,7 +30,11 @@ GOLDEN = {
     "fifo": "f5657b464438f08a4ebf6ec9ae3b8e55",
     "las": "176c5e9483f3770b8b1a8313d21a6505",
     "srtf": "d3e883c71d01844790ea60c5aa62dd25",  # issue 34: min_runtime holds wake the replay
-    "phalanx-queues": "8483b566202d5f156d8b47ab81dbcb32",
+    # issue 40: the default stopped time-slicing (a restart per slice) and waits 4 h before it
+    # reserves; on this one-queue replay it now decides as `phalanx` does. The time-slicing it had
+    # is pinned below with the digest it had before.
+    "phalanx-queues": "7006194e909c406ec3be241d7c27c6c0",
+    "phalanx-queues+time-slicing": "8483b566202d5f156d8b47ab81dbcb32",
     "k8s-default": "95516637f93db67e1b4e8bdd022b8679",
 }
 
@@ -49,10 +56,23 @@ def tiled(copies: int) -> list[JobSpec]:
     ]
 
 
+def time_slicing() -> Profile:
+    """The default as it was before issue 40: LAS time-slicing after a 4 h quantum, a reservation
+    at once, no reclaim hysteresis."""
+    data = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
+    for a in data["actions"]:
+        if a["name"] == "preempt":
+            a["args"].update(by="order", quantum=14400)
+        for key in ("min_wait", "margin"):
+            a.get("args", {}).pop(key, None)
+    return compile_profile(data, "phalanx-queues+time-slicing")
+
+
 def digest(profile: str) -> str:
     nodes, levels = embedded_replay_cluster()
     log = io.StringIO()
-    replay(nodes, tiled(10), load_profile(profile), topology_levels=levels, log=log)
+    prof = time_slicing() if profile == "phalanx-queues+time-slicing" else load_profile(profile)
+    replay(nodes, tiled(10), prof, topology_levels=levels, log=log)
     lines = [line for line in log.getvalue().splitlines() if json.loads(line)["kind"] != "pending"]
     return hashlib.md5("\n".join(lines).encode()).hexdigest()
 

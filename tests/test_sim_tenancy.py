@@ -77,12 +77,19 @@ def test_flat_tree_fair_share_is_max_min():
 
 
 def test_large_gang_is_not_starved_by_a_stream_of_small_jobs_with_a_reservation():
-    jobs = [JobSpec(f"s{k:03d}", float(k), 8.0, 1) for k in range(200)]
-    jobs.append(JobSpec("big", 2.5, 50.0, 8))
+    """The default earmarks nodes for the big gang once it has waited the reservation's `min_wait`
+    (4 h): the stream of small jobs outlasts that, and the gang starts soon after it, not when the
+    stream dries up."""
+    prof = load_profile("phalanx-queues")
+    min_wait = next(a for a in prof.actions if a.name == "reserve").min_wait
+    assert min_wait == 14400
+    step = 100.0  # a small job arrives every 100 s and runs 800 s: the stream lasts 20,000 s
+    jobs = [JobSpec(f"s{k:03d}", k * step, 8 * step, 1) for k in range(200)]
+    jobs.append(JobSpec("big", 2.5 * step, 50 * step, 8))
     greedy = replay(gpu_nodes(2), jobs, load_profile("phalanx"))
-    reserved = replay(gpu_nodes(2), jobs, load_profile("phalanx-queues"), check=True)
-    assert greedy.summary()["max_wait_large_s"] > 150  # waits for the stream to dry up
-    assert reserved.summary()["max_wait_large_s"] <= 10
+    reserved = replay(gpu_nodes(2), jobs, prof, check=True)
+    assert greedy.summary()["max_wait_large_s"] > min_wait + 3000  # waits for the stream to dry up
+    assert min_wait <= reserved.summary()["max_wait_large_s"] <= min_wait + 8 * step
     assert reserved.summary()["completed"] == len(jobs)
 
 

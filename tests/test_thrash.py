@@ -33,16 +33,18 @@ HOUR = 3600.0
 
 
 def queues_profile(reclaim: dict[str, object], preempt: dict[str, object] | None = None) -> Profile:
-    """The built-in phalanx-queues without its victim guards, then with these reclaim (and preempt)
-    arguments."""
+    """The built-in phalanx-queues without its victim guards, its hysteresis and the reservation's
+    wait, then with these reclaim (and preempt) arguments."""
     data = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
     data = copy.deepcopy(data)
     off = {"checkpoint_window": 0, "repeat_window": 0}
     for a in data["actions"]:
         if a["name"] == "reclaim":
-            a["args"].update(off | reclaim)
+            a["args"].update(off | {"margin": 0.0} | reclaim)
         if a["name"] == "preempt":
             a["args"].update(off | (preempt or {}))
+        if a["name"] == "reserve":
+            a["args"]["min_wait"] = 0
     data["order"][1]["args"]["thresholds"] = [3600, 36000]
     return compile_profile(data, "test profile")
 
@@ -150,7 +152,7 @@ def turns() -> list[JobSpec]:
 
 def slicing(repeat: float) -> Profile:
     args = {"min_runtime": 0, "repeat_window": repeat}
-    return queues_profile(args, {"quantum": 600, "repeat_window": repeat})
+    return queues_profile(args, {"by": "order", "quantum": 600, "repeat_window": repeat})
 
 
 def test_two_queues_taking_turns_are_stopped_by_the_repeat_window() -> None:
