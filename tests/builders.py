@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from typing import Any
 
 import numpy as np
+import yaml
 
 from phalanx.core.affinity import NodeSelectorTerm
 from phalanx.core.cycle import run_cycle
@@ -288,3 +290,23 @@ def two_queues(gpus: int, profile: Profile) -> Scenario:
         sc.nodes, queues=QueueTree([Queue("a", quotas=dict(half)), Queue("b", quotas=dict(half))])
     )
     return sc
+
+
+def default_profile_data() -> dict[str, Any]:
+    """The built-in default profile (`phalanx-queues`) as YAML data, for a test to change one knob."""
+    text = (resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def time_slicing_data() -> dict[str, Any]:
+    """The default as it was before restarts were counted (issue 40): LAS time-slicing after a 4 h
+    quantum, the reservation at once, no reclaim hysteresis."""
+    data = default_profile_data()
+    data["name"] = "phalanx-queues+time-slicing"
+    for a in data["actions"]:
+        if a["name"] == "preempt":
+            a["args"].update(by="order", quantum=14400)
+        for key in ("min_wait", "margin"):
+            a.get("args", {}).pop(key, None)
+    return data

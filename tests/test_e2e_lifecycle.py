@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from builders import default_profile_data, time_slicing_data
 from e2e_kube import Kube, phalanx, running, wait_for
 from kube_objects import node, pod, pod_group
 from phalanx.k8s.client.kinds import Kind
@@ -159,7 +159,7 @@ def _classed(p: dict[str, Any], priority_class: str) -> dict[str, Any]:
 
 def _profile(tmp_path: Path, min_runtime: float) -> str:
     """The default profile, preempting by priority only after `min_runtime` (the default before issue 27)."""
-    prof = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
+    prof = default_profile_data()
     prof["name"] = "phalanx-queues-min-runtime"
     for action in prof["actions"]:
         if action["name"] == "preempt":
@@ -305,13 +305,8 @@ def test_a_preemption_refused_by_a_disruption_budget_is_told_to_the_preemptor(ku
 
 def _time_slicing(tmp_path: Path) -> str:
     """The default with LAS time-slicing after a 4 h quantum (the default before restarts counted)."""
-    prof = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
-    prof["name"] = "phalanx-queues-time-slicing"
-    for action in prof["actions"]:
-        if action["name"] == "preempt":
-            action["args"].update(by="order", quantum=14400)
     path = tmp_path / "slicing.yaml"
-    path.write_text(yaml.safe_dump(prof))
+    path.write_text(yaml.safe_dump(time_slicing_data()))
     return str(path)
 
 

@@ -12,14 +12,12 @@ import csv
 import hashlib
 import io
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
-import yaml
 
+from builders import time_slicing_data
 from phalanx.cli.simulate import embedded_replay_cluster
-from phalanx.core.profile import Profile
 from phalanx.profiles import compile_profile, load_profile
 from phalanx.sim.jobs import JobSpec
 from phalanx.sim.replay import replay
@@ -56,22 +54,11 @@ def tiled(copies: int) -> list[JobSpec]:
     ]
 
 
-def time_slicing() -> Profile:
-    """The default as it was before issue 40: LAS time-slicing after a 4 h quantum, a reservation
-    at once, no reclaim hysteresis."""
-    data = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
-    for a in data["actions"]:
-        if a["name"] == "preempt":
-            a["args"].update(by="order", quantum=14400)
-        for key in ("min_wait", "margin"):
-            a.get("args", {}).pop(key, None)
-    return compile_profile(data, "phalanx-queues+time-slicing")
-
-
 def digest(profile: str) -> str:
     nodes, levels = embedded_replay_cluster()
     log = io.StringIO()
-    prof = time_slicing() if profile == "phalanx-queues+time-slicing" else load_profile(profile)
+    slicing = profile == "phalanx-queues+time-slicing"
+    prof = compile_profile(time_slicing_data(), profile) if slicing else load_profile(profile)
     replay(nodes, tiled(10), prof, topology_levels=levels, log=log)
     lines = [line for line in log.getvalue().splitlines() if json.loads(line)["kind"] != "pending"]
     return hashlib.md5("\n".join(lines).encode()).hexdigest()

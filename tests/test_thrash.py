@@ -6,19 +6,17 @@ The lost work is the replay's own account (work since the run's last checkpoint,
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import re
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import default_profile_data
 from phalanx.core.cycle import run_cycle
 from phalanx.core.decisions import CHECKPOINT, REPEAT
 from phalanx.core.model import Gpu, Node
@@ -35,8 +33,7 @@ HOUR = 3600.0
 def queues_profile(reclaim: dict[str, object], preempt: dict[str, object] | None = None) -> Profile:
     """The built-in phalanx-queues without its victim guards, its hysteresis and the reservation's
     wait, then with these reclaim (and preempt) arguments."""
-    data = yaml.safe_load((resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text())
-    data = copy.deepcopy(data)
+    data = default_profile_data()
     off = {"checkpoint_window": 0, "repeat_window": 0}
     for a in data["actions"]:
         if a["name"] == "reclaim":
