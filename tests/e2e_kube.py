@@ -315,7 +315,13 @@ def running(kube: Kube, profile: str = "phalanx", **cfg: Any) -> Iterator[Schedu
     finally:
         s.close()
         t.join(timeout=10)
+        for inf in [s.informers, *s.informers.running.values()]:
+            inf.join(timeout=5)
         api.close()
+    # closed means its watches ended: an informer left reading a socket closed under it once read
+    # the bytes of the next connection made in this process (a webhook's TLS handshake)
+    left = [i.name for i in [s.informers, *s.informers.running.values()] if i.is_alive()]
+    assert not left, f"still running after the scheduler was closed: {left}"
 
 
 def phalanx(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

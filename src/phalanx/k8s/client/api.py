@@ -9,8 +9,11 @@ anyway. Errors become the typed exceptions below, carrying the server's Status.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -102,6 +105,21 @@ def error_of(code: int, body: bytes | dict[str, Any]) -> ApiError:
     return cls(code, str(status.get("reason") or ""), str(status.get("message") or ""), status.get("details"))
 
 
+class WatchesClosed(RuntimeError):
+    """A watch asked of a client whose watches were closed (`Api.close_watches`)."""
+
+
+def _shut_down(r: httpx.Response) -> None:
+    """Wake the reader of a watch stream: its socket shut down (never closed here: see
+    `Api.close_watches`); the base socket's shutdown, since ssl's would drop the TLS object the
+    reader is using."""
+    stream = r.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already shut, or closed by its reader
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 def _kind(kind: str | Kind) -> Kind:
     return kind if isinstance(kind, Kind) else of(kind)
 
@@ -112,6 +130,12 @@ class Api:
         self.watch_client = watch_client
         self.field_manager = field_manager
         self.calls = 0  # requests sent (for benchmarks and tests)
+        # open watch streams, and how many watches are opening or open: `close_watches` ends them
+        # by shutting their sockets down and lets each reader close its own (`close_watches` says why)
+        self._watches = threading.Condition()
+        self._streams: set[httpx.Response] = set()
+        self._watching = 0
+        self._watches_closed = False
 
     @classmethod
     def connect(
@@ -155,7 +179,28 @@ class Api:
         return cls(transport, watch_client)
 
     def close(self) -> None:
+        self.close_watches()
         self.transport.close()
+
+    def close_watches(self, wait_s: float = 5.0) -> None:
+        """End every watch, then close the watch client; no watch opens after this.
+
+        A socket is never closed under a thread that reads it: Linux lets the number go to the next
+        socket made while that read still waits, and the TLS reader (OpenSSL keeps the number, not
+        the socket) then reads the new connection's bytes. A scheduler closed beside a webhook in
+        one process had its informers take the API server's TLS handshake with the webhook: the
+        webhook never answered and the pod was refused after 5 s. So each open watch's socket is
+        shut down (its reader wakes to an end of stream) and its reader closes it; the client is
+        closed once they have, or after `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        with self._watches:
+            self._watches_closed = True
+            while self._watching and time.monotonic() < deadline:
+                for r in self._streams:
+                    _shut_down(r)
+                self._watches.wait(0.05)  # one still opening registers, and is shut down next turn
+            if self._watching:
+                log.debug("%d watch(es) did not end within %.1f s: closing anyway", self._watching, wait_s)
         self.watch_client.close()
 
     # ------------------------------------------------------------------ plumbing
@@ -247,21 +292,44 @@ class Api:
         if resource_version:
             params["resourceVersion"] = resource_version
         self.calls += 1
+        with self._watches:
+            if self._watches_closed:
+                raise WatchesClosed("the watches of this client were closed")
+            self._watching += 1
+        try:
+            yield from self._stream(k, params)
+        finally:
+            with self._watches:
+                self._watching -= 1
+                self._watches.notify_all()
+
+    def _stream(self, k: Kind, params: dict[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
         with self.watch_client.stream("GET", k.path(), params=params) as r:
-            if r.status_code >= 300:
-                raise error_of(r.status_code, r.read())
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                ev = _decode(line)
-                typ = str(ev.get("type"))
-                obj = ev.get("object") or {}
-                if typ == "ERROR":
-                    raise error_of(int(obj.get("code") or 500), obj)
-                if typ != "BOOKMARK":
-                    obj.setdefault("apiVersion", k.api_version)
-                    obj.setdefault("kind", k.kind)
-                yield typ, obj
+            with self._watches:
+                if self._watches_closed:
+                    return
+                self._streams.add(r)
+            try:
+                yield from self._events(k, r)
+            finally:
+                with self._watches:
+                    self._streams.discard(r)
+
+    def _events(self, k: Kind, r: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+        if r.status_code >= 300:
+            raise error_of(r.status_code, r.read())
+        for line in r.iter_lines():
+            if not line:
+                continue
+            ev = _decode(line)
+            typ = str(ev.get("type"))
+            obj = ev.get("object") or {}
+            if typ == "ERROR":
+                raise error_of(int(obj.get("code") or 500), obj)
+            if typ != "BOOKMARK":
+                obj.setdefault("apiVersion", k.api_version)
+                obj.setdefault("kind", k.kind)
+            yield typ, obj
 
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:

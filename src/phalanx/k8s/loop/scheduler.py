@@ -174,7 +174,7 @@ class Scheduler:
         self.stop()
         self.executor.close()
         self.explainer.close()
-        self.api.watch_client.close()
+        self.api.close_watches()  # shut down, not closed under the informers
 
     def ready(self) -> bool:
         """Discovery ran and every served kind listed once; kinds the server lacks are not waited for."""

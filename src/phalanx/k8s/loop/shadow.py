@@ -137,7 +137,7 @@ class Shadow:
 
     def close(self) -> None:
         self.stop()
-        self.api.watch_client.close()
+        self.api.close_watches()  # shut down, not closed under the informers
 
     def ready(self) -> bool:
         return self.informers.synced()
