@@ -10,21 +10,21 @@ import pytest
 from builders import Scenario, make_node, make_workload, two_queues
 from builders import reclaiming as reclaim_with
 from phalanx.actions.budget import Budget
-from phalanx.core.decisions import CLUSTER_BUDGET, QUEUE_BUDGET
+from phalanx.core.decisions import CLUSTER_BUDGET, CLUSTER_GPU_BUDGET, QUEUE_BUDGET, QUEUE_GPU_BUDGET
 from phalanx.core.profile import Profile
 from phalanx.profiles import compile_profile
 
 
-def reclaiming(budget: dict[str, int]) -> Profile:
-    return reclaim_with({"budget": budget})
+def reclaiming(budget: dict[str, float], restart_s: float = 0.0) -> Profile:
+    return reclaim_with({"budget": budget} | ({"restart_s": restart_s} if restart_s else {}))
 
 
-def borrowed(prof: Profile, gang: int = 0) -> Scenario:
-    """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share; a then asks for 2: two
-    one-GPU jobs, or one gang of `gang` tasks."""
+def borrowed(prof: Profile, gang: int = 0, checkpoints: float = 0.0) -> Scenario:
+    """Queue b runs 4 one-GPU jobs on 4 GPUs, 2 of them a's deserved share (checkpointing every
+    `checkpoints` seconds); a then asks for 2: two one-GPU jobs, or one gang of `gang` tasks."""
     sc = two_queues(4, prof)
     for k in range(4):
-        sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").build())
+        sc.add(make_workload(f"b-{k}").podset("p", gpu=1).queue("b").checkpoints(checkpoints).build())
     sc.cycle()
     assert sum(sc.bound(f"b-{k}") for k in range(4)) == 4
     if gang:
@@ -104,14 +104,18 @@ def test_priority_preempts_past_the_budget_and_still_counts():
     sc.add(make_workload("high").podset("p", 2, gpu=1).priority(1000).build())
     r = sc.cycle()
     assert evicted(r) == {"low-0", "low-1"} and sc.bound("high") == 2
-    assert [w for _, w, _ in sc.snapshot.recent_evictions(sc.clock)] == ["low-0", "low-1"]
+    assert [r[1] for r in sc.snapshot.recent_evictions(sc.clock)] == ["low-0", "low-1"]
 
 
 def test_a_wrong_budget_is_refused_with_what_is_wrong():
     assert Budget.parse({"queue": 6, "cluster": 30}) == Budget(6, 30)
-    assert not Budget.parse(None).on
+    assert Budget.parse({"cluster_gpu_hours": 1.5, "queue_gpu_hours": 2}) == Budget(0, 0, 2.0, 1.5)
+    assert not Budget.parse(None).on and Budget.parse({"queue_gpu_hours": 1}).by_cost
     for bad, says in (
         ({"queues": 1}, "unknown key 'queues'"),
+        ({"cluster_gpu_hours": -1}, "budget.cluster_gpu_hours must be a number of GPU-hours"),
+        ({"queue_gpu_hours": "5"}, "budget.queue_gpu_hours must be a number of GPU-hours"),
+        ({"queue_gpu_hours": float("nan")}, "budget.queue_gpu_hours must be a number of GPU-hours"),
         ({"queue": -1}, "budget.queue must be a whole number"),
         ({"cluster": 1.5}, "budget.cluster must be a whole number"),
         ({"queue": True}, "budget.queue must be a whole number"),
@@ -131,7 +135,7 @@ def test_the_hour_is_read_back_from_the_memory_a_restarted_scheduler_lends():
         "b-2": {("x",): sc.clock - 4000.0},
     }
     sc.snapshot.seed_recent(sc.clock)
-    assert [(w, q) for _, w, q in sc.snapshot.recent_evictions(sc.clock)] == [
+    assert [(w, q) for _, w, q, _ in sc.snapshot.recent_evictions(sc.clock)] == [
         ("b-3", "b")
     ]  # b-2's is too old
     r = sc.cycle()
@@ -158,7 +162,7 @@ def test_the_hour_is_the_driver_s_own_record_and_outlives_snapshots_and_the_evic
     # a snapshot built anew in which the evicted workload is gone: the hour still counts it
     q = repeats.recent[0][2]
     later = borrowed(prof)
-    repeats.recent[0] = (later.clock - 60.0, "b-gone", q)
+    repeats.recent[0] = (later.clock - 60.0, "b-gone", q, 0.0)
     later.snapshot.lend_recent(repeats.recent)
     r = later.cycle()
     assert not evicted(r)
@@ -173,7 +177,10 @@ def test_the_hour_is_the_driver_s_own_record_and_outlives_snapshots_and_the_evic
     heir.read_back({}, back.recent)
     assert list(heir.recent) == list(repeats.recent)
     assert heir.recent_saved(later.clock + 3600.0) == []  # an hour later it no longer counts
-    assert recent_from_saved([[1.0, "w", "q"], ["x", "w", "q"], [2.0, 3, "q"], "junk"]) == [(1.0, "w", "q")]
+    # a record saved before costs were kept reads with none; a cost that is not a number is refused
+    assert recent_from_saved(
+        [[1.0, "w", "q"], ["x", "w", "q"], [2.0, 3, "q"], "junk", [3.0, "v", "q", 7.5], [4.0, "u", "q", "x"]]
+    ) == [(1.0, "w", "q", 0.0), (3.0, "v", "q", 7.5)]
     assert recent_from_saved({"not": "a list"}) == []
 
 
@@ -184,3 +191,63 @@ def test_reading_the_hour_at_a_later_clock_leaves_it_as_it_was():
     assert len(evicted(sc.cycle())) == 1
     assert sc.snapshot.recent_evictions(sc.clock + 7200.0) == []
     assert len(sc.snapshot.recent_evictions(sc.clock)) == 1
+
+
+@pytest.mark.parametrize(
+    ("budget", "guard"),
+    [({"queue_gpu_hours": 1.5}, QUEUE_GPU_BUDGET), ({"cluster_gpu_hours": 1.5}, CLUSTER_GPU_BUDGET)],
+)
+def test_a_gpu_hour_budget_counts_what_each_eviction_loses(budget: dict[str, float], guard: str):
+    """Restarts of an hour's GPU time each (restart_s 3600 on one GPU) under a budget of 1.5 GPU-hours
+    lost an hour: the first eviction (1 GPU-h and 1 GPU-s of work) fits, the second would take the
+    hour to 2: held until the first ages out, and said in GPU-hours. The victims checkpoint every
+    10 s, so an hour later the next one still loses little work."""
+    sc = borrowed(reclaiming(budget, restart_s=3600.0), checkpoints=10.0)
+    r = sc.cycle()
+    first = sc.clock
+    assert len(evicted(r)) == 1 and sc.bound("a-0") == 1
+    assert {e.cost for e in r.evictions} == {3600.0 + 1.0}  # the restart and the second it ran
+    assert [c for *_, c in sc.snapshot.recent_evictions(sc.clock)] == [3601.0]
+    r = sc.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-1")
+    assert p is not None and {h.guard for h in p.holds} == {guard}
+    assert {h.until for h in p.holds} == {first + 3600.0}
+    assert "GPU-hour budget" in p.message and "1.5 GPU-h lost an hour" in p.message, p.message
+    assert r.wake is not None and r.wake.at == first + 3600.0
+    sc.clock = first + 3599.0
+    r = sc.cycle()
+    assert len(evicted(r)) == 1 and sc.bound("a-1") == 1
+
+
+def test_a_victim_that_alone_loses_more_than_the_budget_is_never_evicted_under_it():
+    """2 GPU-hours of restart against a budget of 1.5 an hour: no eviction, and the reason says the
+    victim alone would lose more than the budget, with no end (nothing that waits frees it)."""
+    sc = borrowed(reclaiming({"queue_gpu_hours": 1.5}, restart_s=7200.0))
+    r = sc.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-0")
+    assert p is not None and p.holds and {h.guard for h in p.holds} == {QUEUE_GPU_BUDGET}
+    assert {h.until for h in p.holds} == {None}
+    assert "would lose more than that alone" in p.message, p.message
+    sc.clock += 7200.0
+    assert not evicted(sc.cycle())  # still: the longer it runs, the more it would lose
+
+
+def test_without_checkpoints_a_victim_outgrows_a_gpu_hour_budget():
+    """A victim that never checkpoints loses its whole run: once that passes the budget it is held
+    for good (priority still preempts it), and the reason says why."""
+    sc = borrowed(reclaiming({"queue_gpu_hours": 1.0}))
+    sc.clock += 3600.0  # b's jobs have run an hour: each would lose 1 GPU-h and a little more
+    r = sc.cycle()
+    assert not evicted(r)
+    p = r.pending_for("a-0")
+    assert p is not None and "would lose more than that alone" in p.message, p.message
+
+
+def test_an_eviction_budget_in_counts_ignores_costs_and_a_gpu_hour_one_ignores_counts():
+    """Ten cheap evictions fit 1 GPU-hour; a count budget of 10 lets ten costly ones through."""
+    cheap = borrowed(reclaiming({"cluster_gpu_hours": 1.0}))  # 1 GPU-s of lost work each
+    assert len(evicted(cheap.cycle())) == 1 and len(evicted(cheap.cycle())) == 1
+    costly = borrowed(reclaiming({"cluster": 10}, restart_s=36000.0))
+    assert len(evicted(costly.cycle())) == 1 and len(evicted(costly.cycle())) == 1

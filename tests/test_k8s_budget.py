@@ -50,5 +50,5 @@ def test_a_cluster_budget_of_two_lets_two_evictions_through_and_no_more(
     for _ in range(6):
         evicted += step(s, fake).outcome.evicted
     assert len(evicted) == 2, evicted
-    assert [w for _, w, _ in s.repeats.recent] == evicted
+    assert [r[1] for r in s.repeats.recent] == evicted
     s.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from phalanx.actions.evict import lost_work
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.cluster import DeviceAssignment
 from phalanx.core.feasibility import may_host
@@ -191,7 +192,9 @@ class Consolidate:
             if len(evicted) >= budget:
                 stmt.rollback(start)
                 return None
-            stmt.evict(a, f"moved to make room for {gang}", gang)
+            # a move restarts the task: its work since the last checkpoint counts in GPU-hour budgets
+            lost = lost_work(session, s.workloads[a.task.workload], (a,))
+            stmt.evict(a, f"moved to make room for {gang}", gang, lost)
             evicted.append(a)
         elsewhere = ~(here | taken)
         # the largest first, as a packer would: small ones fit into what is left

@@ -129,6 +129,12 @@ def restart_cost(entry: WorkloadEntry, allocs: tuple[Allocation, ...], default_s
     return seconds * sum(max(_gpus(a), 0.001) for a in allocs) if seconds > 0 else 0.0
 
 
+def whole_cost(session: Session, entry: WorkloadEntry, guards: Guards) -> float:
+    """GPU-seconds evicting the whole running workload costs: its lost work and its restart."""
+    allocs = tuple(entry.bound.values())
+    return lost_work(session, entry, allocs) + restart_cost(entry, allocs, guards.restart_s)
+
+
 def lost_work(session: Session, entry: WorkloadEntry, allocs: tuple[Allocation, ...]) -> float:
     """GPUs x seconds since the last checkpoint (since the start when checkpoints are unknown).
 
@@ -173,6 +179,7 @@ def victims(
     pool: Iterable[Victim] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=victim_order)
     window, repeat, now = guards.checkpoint_window, guards.repeat_window, session.clock
     budget = guards.budget
+    spent = budgets.spent
     return (
         v
         for v in pool
@@ -184,7 +191,7 @@ def victims(
                 (repeat <= 0 or repeated_until(session, v.entry, shape, repeat) is None)
                 # a shrink keeps the work done (the resize checkpoints in place): no wait
                 and (window <= 0 or v.shrink or (since_checkpoint(now, v.entry) or 0.0) <= window)
-                and (not budget.on or budgets.spent(session, budget, v.entry.workload.queue) is None)
+                and (not budget.on or spent(session, budget, v.entry.workload.queue, cost=v.cost) is None)
             )
             or (exempt is not None and exempt(v.entry))
         )
@@ -332,11 +339,11 @@ def evict_for(
     if len(needed) < len(taken):
         fewer, _ = _attempt(session, preemptor, tasks, needed, reason, allow, commit=True)
         if fewer is not None:
-            budgets.note(session, [v.entry for v in fewer])
+            budgets.note(session, fewer)
             return fewer
     again, _ = _attempt(session, preemptor, tasks, taken, reason, allow, commit=True)
     if again is not None:
-        budgets.note(session, [v.entry for v in again])
+        budgets.note(session, again)
     return again
 
 
@@ -384,8 +391,9 @@ def _attempt(
         allocs = [a for a in v.allocs if a.task.name not in gone and current.get(a.task.name) is a]
         if not allocs or (allow is not None and not allow(v, taken)):
             continue
+        share = v.cost / len(allocs)  # what the GPU-hour budgets count, spread over its tasks
         for a in allocs:
-            stmt.evict(a, reason, preemptor.name)
+            stmt.evict(a, reason, preemptor.name, share)
             gone.add(a.task.name)
         taken.append(v)
         if len(taken) < next_at or upper_bound(session, tasks) < len(tasks):

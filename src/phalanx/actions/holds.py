@@ -27,6 +27,7 @@ from phalanx.actions.evict import (
     run_start,
     since_checkpoint,
     victim_order,
+    whole_cost,
 )
 from phalanx.actions.gang import _place_gang
 from phalanx.core.decisions import (
@@ -143,10 +144,12 @@ def _guard_of(
     if ago is not None and ago > window:
         due = now - ago + entry.workload.checkpoint_interval + settle(window)
         return Hold(action, CHECKPOINT, entry.name, due, window, detail)
-    spent = budgets.spent(session, guards.budget, w.queue) if guarded else None
+    budget = guards.budget
+    cost = whole_cost(session, entry, guards) if guarded and budget.by_cost else 0.0
+    spent = budgets.spent(session, budget, w.queue, cost=cost) if guarded else None
     if spent is not None:
         guard, frees, limit = spent
-        return Hold(action, guard, entry.name, frees, float(limit), f"queue {w.queue}")
+        return Hold(action, guard, entry.name, budgets.until(frees), float(limit), f"queue {w.queue}")
     return None
 
 

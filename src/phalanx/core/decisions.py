@@ -64,6 +64,9 @@ class Evict:
     node: str
     reason: str
     by: str = ""  # the workload the eviction makes room for (preempt, reclaim, consolidate)
+    # GPU-seconds it costs: the task's share of its workload's lost work and restart, as the victim
+    # order counts them (what the GPU-hour budgets add up); not part of the decision's digest
+    cost: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -104,6 +107,9 @@ CHECKPOINT = "checkpoint"  # waits for the victim's next checkpoint (the action'
 REPEAT = "repeat"  # evicted for a workload of the same shape within the action's repeat_window
 QUEUE_BUDGET = "queue eviction budget"  # the victim's queue had its evictions of the last hour
 CLUSTER_BUDGET = "cluster eviction budget"  # the cluster had its evictions of the last hour
+QUEUE_GPU_BUDGET = "queue GPU-hour budget"  # the victim's queue lost its GPU-hours of the last hour
+CLUSTER_GPU_BUDGET = "cluster GPU-hour budget"  # the cluster lost its GPU-hours of the last hour
+_BUDGETS = (QUEUE_BUDGET, CLUSTER_BUDGET, QUEUE_GPU_BUDGET, CLUSTER_GPU_BUDGET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,23 +172,8 @@ class Hold:
                 f"{self.action}: {who} {'were' if many else 'was'} evicted for a workload of this shape "
                 f"less than {self.limit:g} s ago; {'they' if many else 'it'} may be again from {end}"
             )
-        if self.guard == CLUSTER_BUDGET and not self.victim:  # no eviction at all until then
-            limit = f"{self.limit:g} an hour"
-            return f"{self.action}: the cluster's eviction budget ({limit}) is spent until {end}"
-        if self.guard == QUEUE_BUDGET and not self.victim:  # every queue it could evict from
-            limit = f"{self.limit:g} an hour each"
-            return (
-                f"{self.action}: the eviction budgets ({limit}) of queues {self.detail} are spent until {end}"
-            )
-        if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
-            whose = "its queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
-            if many:
-                whose = "their queue's" if self.guard == QUEUE_BUDGET else "the cluster's"
-            verb = "reclaimed" if self.action == "reclaim" else "preempted"
-            return (
-                f"{self.action}: {whose} eviction budget ({self.limit:g} an hour) is spent; {who} may be "
-                f"{verb} from {end}"
-            )
+        if self.guard in _BUDGETS:
+            return self._budget_text(who, end, many)
         if self.guard == DISRUPTION_BUDGET:
             why = f": {self.detail.rstrip('.')}" if self.detail else ""
             return (
@@ -190,6 +181,22 @@ class Hold:
                 "retried every cycle, no known end (until the budget allows a disruption)"
             )
         return f"{self.action}: {self.guard} holds back {who}" + (f" until {end}" if end else "")
+
+    def _budget_text(self, who: str, end: str, many: bool) -> str:
+        gpu = self.guard in (QUEUE_GPU_BUDGET, CLUSTER_GPU_BUDGET)
+        kind = "GPU-hour budget" if gpu else "eviction budget"
+        rate = f"{self.limit:g} GPU-h lost an hour" if gpu else f"{self.limit:g} an hour"
+        if not self.victim:  # no eviction at all until then
+            if self.guard in (CLUSTER_BUDGET, CLUSTER_GPU_BUDGET):
+                return f"{self.action}: the cluster's {kind} ({rate}) is spent until {end}"
+            return f"{self.action}: the {kind}s ({rate} each) of queues {self.detail} are spent until {end}"
+        queue = self.guard in (QUEUE_BUDGET, QUEUE_GPU_BUDGET)
+        whose = ("their queue's" if many else "its queue's") if queue else "the cluster's"
+        verb = "reclaimed" if self.action == "reclaim" else "preempted"
+        if not end:  # a GPU-hour budget a victim alone would overrun
+            one = "each would" if many else "it would"
+            return f"{self.action}: {whose} {kind} ({rate}) holds back {who}: {one} lose more than that alone"
+        return f"{self.action}: {whose} {kind} ({rate}) is spent; {who} may be {verb} from {end}"
 
     def lifted(self, who: str = "", many: bool = False) -> str:
         """What the guard's end allows, as the forecast says it: `when default/low-0 may be preempted`."""
@@ -204,7 +211,7 @@ class Hold:
             return f"when {who} {'have' if many else 'has'} just checkpointed"
         if self.guard == REPEAT:
             return f"when {who} may be evicted again for this shape"
-        if self.guard in (QUEUE_BUDGET, CLUSTER_BUDGET):
+        if self.guard in _BUDGETS:
             return f"when the eviction budget allows evicting {who}" if who else "when the budget frees"
         return f"when the eviction of {who} is allowed"
 

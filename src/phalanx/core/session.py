@@ -471,7 +471,7 @@ class Session:
                 else:
                     evicted[name] = op
         s = self.snapshot
-        out.evictions = [s.evict_of(op.alloc, op.reason, op.by) for op in evicted.values()]
+        out.evictions = [s.evict_of(op.alloc, op.reason, op.by, op.cost) for op in evicted.values()]
         out.binds = [s.bind_of(op.alloc) for op in bound.values()]
         placed = {op.alloc.task.workload for op in bound.values()}
         out.pending = [

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 
 WINDOW_S = 3600.0  # the eviction budgets' window: evictions an hour
+Recent = tuple[float, str, str, float]  # an eviction the budgets count: when, workload, queue, GPU-s lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,9 +344,9 @@ class Snapshot:
         # workload -> preemptor demand key -> when it was last evicted for one of that shape: kept
         # across cycles by the driver (the repeat guard of preempt and reclaim reads it)
         self.evicted_for: dict[str, dict[tuple[object, ...], float]] = {}
-        # (time, workload, queue) of the evictions of the last WINDOW_S, oldest first: what the
-        # eviction budgets count (`phalanx.actions.budget`); each workload once per cycle
-        self._recent: collections.deque[tuple[float, str, str]] = collections.deque()
+        # (time, workload, queue, GPU-seconds lost) of the evictions of the last WINDOW_S, oldest
+        # first: what the eviction budgets count (`phalanx.actions.budget`); each workload once a cycle
+        self._recent: collections.deque[Recent] = collections.deque()
         # MIG GPUs being cut anew (actions.repartition): (node, GPU position) -> when they are ready,
         # and when each GPU was last cut (a GPU is not cut again within the action's interval)
         self.recuts: dict[tuple[int, int], float] = {}
@@ -666,20 +667,20 @@ class Snapshot:
     def note_evictions(self, result: CycleResult, now: float) -> None:
         """Remember, per evicted workload, the shape of the workload each eviction made room for,
         and when each workload was evicted (`recent_evictions`)."""
-        seen: set[str] = set()
+        cost: dict[str, float] = {}
         for ev in result.evictions:
             by = self.workloads.get(ev.by) if ev.by else None
             if by is not None and ev.by != ev.workload:
                 self.evicted_for.setdefault(ev.workload, {})[by.demand_key] = now
-            entry = self.workloads.get(ev.workload)
-            if ev.workload not in seen and entry is not None:
-                seen.add(ev.workload)
-                self._recent.append((now, ev.workload, entry.workload.queue))
+            if ev.workload in self.workloads:
+                cost[ev.workload] = cost.get(ev.workload, 0.0) + ev.cost
+        for w, lost in cost.items():
+            self._recent.append((now, w, self.workloads[w].workload.queue, lost))
         recent = self._recent  # pruned as it grows (a scheduler without budgets never reads it)
         while recent and now - recent[0][0] >= WINDOW_S:
             recent.popleft()
 
-    def lend_recent(self, recent: collections.deque[tuple[float, str, str]]) -> None:
+    def lend_recent(self, recent: collections.deque[Recent]) -> None:
         """The driver's own record of the hour's evictions, kept across snapshots built anew: a
         snapshot's record would start empty with each (nodes or queues changed, a new leader), and
         forget every eviction of a workload that has gone since (a Job's pod evicted and remade
@@ -696,20 +697,21 @@ class Snapshot:
         if self._seeded:
             return
         self._seeded = True
-        have = {(t, w) for t, w, _ in self._recent}
+        have = {(r[0], r[1]) for r in self._recent}
         for w, shapes in self.evicted_for.items():
             entry = self.workloads.get(w)
             if entry is None:
                 continue
             for t in set(shapes.values()):
                 if now - t < WINDOW_S and (t, w) not in have:
-                    self._recent.append((t, w, entry.workload.queue))
+                    self._recent.append((t, w, entry.workload.queue, 0.0))  # its cost was not kept
         merged = sorted(self._recent)  # in place: a record lent by the driver stays the driver's
         self._recent.clear()
         self._recent.extend(merged)
 
-    def recent_evictions(self, now: float) -> list[tuple[float, str, str]]:
-        """(time, workload, queue) of each eviction in the last WINDOW_S before `now`, oldest first.
+    def recent_evictions(self, now: float) -> list[Recent]:
+        """(time, workload, queue, GPU-seconds lost) of each eviction in the last WINDOW_S before
+        `now`, oldest first.
         Read, never pruned: a forecast reads it at later clocks on this very snapshot, and pruning
         there emptied the record the next cycle's budgets count (only `note_evictions` prunes,
         at the cycle's own clock)."""
@@ -787,8 +789,8 @@ class Snapshot:
             backend=d.backend,
         )
 
-    def evict_of(self, alloc: Allocation, reason: str, by: str = "") -> Evict:
-        return Evict(alloc.task.name, alloc.task.workload, self.nodes[alloc.node].name, reason, by)
+    def evict_of(self, alloc: Allocation, reason: str, by: str = "", cost: float = 0.0) -> Evict:
+        return Evict(alloc.task.name, alloc.task.workload, self.nodes[alloc.node].name, reason, by, cost)
 
     # ----------------------------------------------------------------- primitives (journaled by Statement)
     def _bind(self, alloc: Allocation, entry: WorkloadEntry | None = None) -> None:

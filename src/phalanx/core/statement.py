@@ -23,6 +23,7 @@ class Op(NamedTuple):
     alloc: Allocation
     reason: str = ""
     by: str = ""  # evictions: the workload they make room for
+    cost: float = 0.0  # evictions: GPU-seconds lost with it (`Evict.cost`)
 
 
 class Statement:
@@ -49,10 +50,10 @@ class Statement:
         self._snapshot._bind(alloc)
         self._ops.append(Op("bind", alloc))
 
-    def evict(self, alloc: Allocation, reason: str, by: str = "") -> None:
+    def evict(self, alloc: Allocation, reason: str, by: str = "", cost: float = 0.0) -> None:
         self._check_open()
         self._snapshot._unbind(alloc)
-        self._ops.append(Op("evict", alloc, reason, by))
+        self._ops.append(Op("evict", alloc, reason, by, cost))
         if self._on_release is not None:
             self._on_release()
 

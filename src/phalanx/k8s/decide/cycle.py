@@ -27,7 +27,7 @@ from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
 Memory = dict[str, dict[tuple[object, ...], float]]  # the repeat guard's: workload -> preemptor shape -> when
-Recent = collections.deque[tuple[float, str, str]]  # the budgets': (when, workload, queue), oldest first
+Recent = collections.deque[tuple[float, str, str, float]]  # the budgets': (when, workload, queue, GPU-s)
 
 
 @dataclass

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.core.snapshot import WINDOW_S, Snapshot
+from phalanx.core.snapshot import Recent as _Recent
 
 KEEP_S = 86400.0  # a saved eviction no preemptor shape has claimed by then is forgotten
 Memory = dict[str, dict[tuple[object, ...], float]]
 Saved = dict[str, dict[str, float]]
-RecentRecord = tuple[float, str, str]  # an eviction the budgets count: when, workload, its queue
+RecentRecord = _Recent  # an eviction the budgets count: when, workload, its queue, GPU-seconds lost
 Recent = collections.deque[RecentRecord]
 
 
@@ -78,20 +79,20 @@ def to_saved(memory: Memory, pending: Saved, now: float) -> Saved:
 
 
 def recent_from_saved(d: object) -> list[RecentRecord]:
-    """A saved record of the hour's evictions as it reads; entries of the wrong shape are skipped."""
+    """A saved record of the hour's evictions as it reads; entries of the wrong shape are skipped. A
+    record saved before costs were kept (three fields) reads with none: GPU-hour budgets count it 0."""
     if not isinstance(d, list):
         return []
     out = []
     for r in d:
         if (
             isinstance(r, list)
-            and len(r) == 3
-            and isinstance(r[0], int | float)
-            and math.isfinite(r[0])
+            and len(r) in (3, 4)
+            and all(isinstance(x, int | float) and math.isfinite(x) for x in (r[0], *r[3:]))
             and isinstance(r[1], str)
             and isinstance(r[2], str)
         ):
-            out.append((float(r[0]), r[1], r[2]))
+            out.append((float(r[0]), r[1], r[2], max(0.0, float(r[3])) if len(r) == 4 else 0.0))
     return out
 
 
@@ -146,9 +147,9 @@ class RepeatMemory:
         self.unclaimed: Saved = {}
         self.restore_due = False  # the saved memory was just read back
         self.restore_seen = -1  # the snapshot's types_version when saved shapes were last looked for
-        # the eviction budgets' hour: (when, workload, queue) of each eviction, lent to every cycle's
-        # snapshot (`Snapshot.lend_recent`) and saved with the rest, so neither a snapshot built anew
-        # nor a new leader starts the hour empty
+        # the eviction budgets' hour: (when, workload, queue, GPU-s lost) of each eviction, lent to
+        # every cycle's snapshot (`Snapshot.lend_recent`) and saved with the rest, so neither a
+        # snapshot built anew nor a new leader starts the hour empty
         self.recent: Recent = collections.deque()
 
     def read_back(self, saved: Saved, recent: list[RecentRecord] | None = None) -> None:

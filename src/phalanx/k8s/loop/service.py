@@ -46,7 +46,7 @@ class AttainedService:
         self.history_time: float | None = None
         # the repeat guard's memory as saved (phalanx.k8s.loop.repeat_memory): workload -> shape -> when
         self.evictions: dict[str, dict[str, float]] = {}
-        self.recent: list[RecentRecord] = []  # the eviction budgets' hour: (when, workload, queue)
+        self.recent: list[RecentRecord] = []  # the eviction budgets' hour: (when, workload, queue, GPU-s)
 
     def apply(self, snap: Snapshot, now: float | None = None) -> None:
         """Add earlier runs to every workload's attained service; remember who runs now; with a
