@@ -120,6 +120,8 @@ def test_a_new_leader_counts_the_evictions_of_the_one_gone_a_second_after_them(
         wait_for("the new leader's first cycles", lambda: (heir.service_loaded and heir.cycles >= 1) or None)
         time.sleep(2.0)  # its first cycles would have reclaimed at once
         assert _terminating(kube) == [], "the new leader's budget forgot the evictions of the last"
-        assert sorted(w for _, w, _ in heir.repeats.recent) == [f"default/{n}" for n in gone]
+        assert sorted(r[1] for r in heir.repeats.recent) == [f"default/{n}" for n in gone]
+        # what each eviction lost (its GPU since it started) was saved and read back with it
+        assert all(r[3] > 0 for r in heir.repeats.recent), heir.repeats.recent
         bound = sorted(n for n in ("a-0", "a-1", "a-2", "a-3") if kube.node_of(n))
         assert len(bound) == 2, bound
