@@ -233,15 +233,15 @@ def tenancy(
     )
     print(
         "| profile | avg JCT (s) | p95 JCT (s) | avg wait (s) | max wait 8+ GPU (s) | Jain | evictions "
-        "| GPU-h lost | evictions/h steady / worst hour | +GPU-h at 60 s a restart | GPU alloc (%) | starved "
-        "| wall (s) |"
+        "| GPU-h lost | evictions/h steady / worst hour | +GPU-h at 60 s a restart | GPU-h lost, worst hour "
+        "| GPU alloc (%) | starved | wall (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     names = only.split(",") if only else ["phalanx-queues", "phalanx", "fifo", "las"]
     profiles = [without(a) for a in ablate.split(",") if a] or [load_profile(p) for p in names]
     keys = ("avg_jct_s", "p95_jct_s", "avg_wait_s", "max_wait_large_s", "jain_index", "evictions")
     keys += ("lost_gpu_h_preempt", "gpu_alloc_pct", "starved")
-    keys += ("evictions_per_h_steady", "evictions_worst_hour", "evicted_gpus")
+    keys += ("evictions_per_h_steady", "evictions_worst_hour", "evicted_gpus", "lost_gpu_h_worst_hour")
     for profile in profiles:
         t = time.perf_counter()
         sums = dict.fromkeys(keys, 0.0)
@@ -261,6 +261,7 @@ def tenancy(
             f"{sums['lost_gpu_h_preempt']:,.0f}",
             f"{sums['evictions_per_h_steady']:.1f} / {sums['evictions_worst_hour']:.0f}",
             f"{sums['evicted_gpus'] * 60 / 3600:,.0f}",
+            f"{sums['lost_gpu_h_worst_hour']:.2f}",
         ]
         cells += [f"{sums['gpu_alloc_pct']:.1f}", f"{sums['starved']:.0f}"]
         print(f"| {profile.name} | " + " | ".join(cells) + f" | {time.perf_counter() - t:.0f} |", flush=True)

@@ -15,7 +15,7 @@ from phalanx.profiles import load_profile
 from phalanx.sim.engine import Engine, Kind
 from phalanx.sim.fgd import FgdRun, run_fgd, submission_sequence, typical_task_types
 from phalanx.sim.jobs import JobSpec
-from phalanx.sim.replay import NodeOutage, replay
+from phalanx.sim.replay import NodeOutage, ReplayResult, replay
 from phalanx.sim.runtime import JobShape, RuntimeModel, default_runtime
 from phalanx.sim.traces import gavel, generic, openb, tiresias
 
@@ -223,6 +223,8 @@ def test_each_eviction_counts_its_restart_in_gpu_hours():
     s = res.summary()
     assert s["evictions"] == 1 and s["evicted_gpus"] == 2
     assert s["lost_gpu_h_restart"] == pytest.approx(2 * 60 / 3600)
+    # one eviction: its hour lost its work and its restart
+    assert s["lost_gpu_h_worst_hour"] == pytest.approx(s["lost_gpu_h_preempt"] + s["lost_gpu_h_restart"])
     said = replay(
         nodes, [JobSpec("low", 0.0, 1000.0, 2, restart_s=300.0), high], load_profile("phalanx-queues")
     )
@@ -411,3 +413,13 @@ def test_generic_csv_marks_elastic_jobs_and_rejects_a_bad_minimum(tmp_path):
     f.write_text("t,d,g,lo\n0,10,4,2\n")
     (job,) = generic.load_jobs(f, m)
     assert job.min_count == 2 and job.workload().min_available == 2 and job.task_count == 4
+
+
+def test_the_worst_hour_of_evictions_is_a_sliding_hour():
+    """What a GPU-hour budget bounds: the most any hour lost, wherever the hour starts (an eviction
+    exactly an hour before another is out of its hour)."""
+    res = ReplayResult("p", 8, [])
+    res.eviction_times = [0.0, 1800.0, 3600.0, 3700.0, 9000.0]
+    res.eviction_costs = [3600.0, 3600.0, 3600.0, 3600.0, 7200.0]
+    assert res.worst_hour_lost_gpu_h() == pytest.approx(3.0)  # 1800, 3600 and 3700
+    assert ReplayResult("p", 8, []).worst_hour_lost_gpu_h() == 0.0

@@ -106,6 +106,9 @@ class ReplayResult:
     eta: dict[str, float | None] = field(default_factory=dict)  # job -> forecast start when it arrived
     data: DataCache | None = None
     eviction_times: list[float] = field(default_factory=list)  # when each evicted run stopped
+    # what each of those evictions lost, in GPU-seconds: its work since the last checkpoint and its
+    # restart (what the GPU-hour eviction budgets count; `worst_hour_lost_gpu_h` checks them)
+    eviction_costs: list[float] = field(default_factory=list)
     evicted_gpus: float = 0.0  # GPUs held by the runs evicted, summed (what restarts would cost)
     # GPU-seconds spent starting evicted runs again (rendezvous, image, data loader, NCCL init):
     # counted, not yet played out in time (the run resumes at once)
@@ -121,6 +124,20 @@ class ReplayResult:
         steady = float(((t >= lo) & (t < hi)).sum()) / max((hi - lo) / 3600, 1e-9)
         worst = float(np.bincount(((t - t.min()) // 3600).astype(np.int64)).max())
         return steady, worst
+
+    def worst_hour_lost_gpu_h(self) -> float:
+        """The most GPU-hours evictions lost (work and restarts) in any sliding hour: what a
+        `cluster_gpu_hours` budget bounds, counted by the replay, not by the scheduler."""
+        events = sorted(zip(self.eviction_times, self.eviction_costs, strict=True))
+        worst = total = 0.0
+        first = 0
+        for t, cost in events:
+            total += cost
+            while events[first][0] <= t - 3600.0:
+                total -= events[first][1]
+                first += 1
+            worst = max(worst, total)
+        return worst / 3600
 
     def eta_errors(self) -> np.ndarray:
         """Forecast minus actual start (s) of the jobs forecast that started, and were forecast a time."""
@@ -177,6 +194,7 @@ class ReplayResult:
             "evicted_gpus": self.evicted_gpus,
             "evictions_per_h_steady": self.evictions_per_hour()[0],
             "evictions_worst_hour": self.evictions_per_hour()[1],
+            "lost_gpu_h_worst_hour": self.worst_hour_lost_gpu_h(),
             "max_wait_large_s": self.max_large_wait(),
             "jain_index": self.shares.mean_index() if self.shares is not None else math.nan,
             **self._eta_summary(),
@@ -533,6 +551,7 @@ class ReplayRun:
                 out.evicted_gpus += r.held
                 cost = r.spec.restart_s if r.spec.restart_s is not None else self.settings.restart_cost
                 out.restart_gpu_s += cost * r.held
+                out.eviction_costs.append(lost + cost * r.held)
             else:
                 out.lost_failure_gpu_s += lost
         r.run_start = None
