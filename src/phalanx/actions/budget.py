@@ -147,18 +147,25 @@ def _frees_at(past: Past, now_count: int, limit: int, now: float) -> float | Non
     return times[len(times) - limit] + WINDOW_S
 
 
-def _cost_frees_at(past: Past, now_cost: float, cost: float, limit_h: float, now: float) -> float | None:
+def _cost_frees_at(
+    past: Past, now_cost: float, cost: float, limit_h: float, now: float, room: bool = False
+) -> float | None:
     """When an eviction losing `cost` GPU-seconds fits under `limit_h` GPU-hours an hour (None: it
-    fits now; inf: never, it alone loses more); `now_cost` is lost at `now`."""
+    fits now; inf: never, it alone loses more); `now_cost` is lost at `now`. With `room`: when the
+    hour has any room left at all (what it lost is below the budget)."""
     limit = limit_h * HOUR
+
+    def fits(total: float) -> bool:
+        return total < limit if room else total <= limit
+
     total = sum(c for _, c in past) + now_cost + cost
-    if total <= limit:
+    if fits(total):
         return None
     if cost > limit:
         return math.inf
     for t, c in past:  # the oldest leave the hour first
         total -= c
-        if total <= limit:
+        if fits(total):
             return t + WINDOW_S
     return now + WINDOW_S  # what this cycle evicted leaves the hour last
 
@@ -244,25 +251,13 @@ def cluster_hold(session: Session, budget: Budget, action: str) -> Hold | None:
     if budget.cluster:
         by_count = _frees_at(_hour(session)[1], tally.count.get("", 0), budget.cluster, now)
     if budget.cluster_gpu_hours:
-        by_cost = _room_frees_at(_hour(session)[1], tally.cost.get("", 0.0), budget.cluster_gpu_hours, now)
+        lost = tally.cost.get("", 0.0)
+        by_cost = _cost_frees_at(_hour(session)[1], lost, 0.0, budget.cluster_gpu_hours, now, room=True)
     if by_count is not None and (by_cost is None or by_count >= by_cost):
         return Hold(action, CLUSTER_BUDGET, "", by_count, float(budget.cluster))
     if by_cost is not None:
         return Hold(action, CLUSTER_GPU_BUDGET, "", by_cost, float(budget.cluster_gpu_hours))
     return None
-
-
-def _room_frees_at(past: Past, now_cost: float, limit_h: float, now: float) -> float | None:
-    """When the hour has any room left under `limit_h` GPU-hours (None: it has now)."""
-    limit = limit_h * HOUR
-    total = sum(c for _, c in past) + now_cost
-    if total < limit:
-        return None
-    for t, c in past:
-        total -= c
-        if total < limit:
-            return t + WINDOW_S
-    return now + WINDOW_S
 
 
 def queues_hold(session: Session, budget: Budget, action: str, queues: set[str]) -> Hold | None:
@@ -297,7 +292,7 @@ def _queue_spent(session: Session, budget: Budget, queue: str) -> tuple[str, flo
         if at is not None:
             out = (QUEUE_BUDGET, at)
     if budget.queue_gpu_hours:
-        at = _room_frees_at(past, tally.cost.get(queue, 0.0), budget.queue_gpu_hours, now)
+        at = _cost_frees_at(past, tally.cost.get(queue, 0.0), 0.0, budget.queue_gpu_hours, now, room=True)
         if at is not None and (out is None or at > out[1]):
             out = (QUEUE_GPU_BUDGET, at)
     return out
