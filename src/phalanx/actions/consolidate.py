@@ -20,6 +20,7 @@ from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Statement
+from phalanx.core.traits import node_bounds
 
 
 class Consolidate:
@@ -33,6 +34,7 @@ class Consolidate:
         self.max_nodes = max_nodes
         self.max_attempts = max_attempts
         self._room: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._shut: np.ndarray | None = None  # nodes refused to every movable task; with `_room`
 
     def movable(self, session: Session, a: Allocation, gang: str) -> bool:
         entry = session.snapshot.workloads[a.task.workload]
@@ -48,7 +50,7 @@ class Consolidate:
 
     def execute(self, session: Session) -> None:
         moves = attempts = 0
-        self._room = None
+        self._room = self._shut = None
         failed: set[object] = set()  # demands that found no way this cycle: their likes will not either
         fragmented: dict[object, bool] = {}  # per demand, until something moves
         for entry in session.ordered_pending():
@@ -70,10 +72,15 @@ class Consolidate:
             if session.admit(entry, gang) is not None:
                 continue
             attempts += 1
-            used = self.consolidate(session, entry, gang, self.max_moves - moves)
+            # known to fail (counted as tried, so that the same gangs get tries as without the look)
+            used = (
+                self.consolidate(session, entry, gang, self.max_moves - moves)
+                if self.may_fit(session, gang)
+                else 0
+            )
             if used:
                 moves += used
-                self._room = None
+                self._room = self._shut = None
                 fragmented.clear()
                 session.pending.pop(entry.name, None)
             else:
@@ -82,11 +89,15 @@ class Consolidate:
     def enough_in_total(self, session: Session, gang: list[Task]) -> bool:
         """The free capacity, summed over the nodes the gang may use, would hold it."""
         s = session.snapshot
-        c = s.cluster
-        reqs = [session.effective(t.request) for t in gang]
-        ok = np.asarray(c.node_ready, dtype=np.bool_)
-        for r in reqs:
+        ok = np.asarray(s.cluster.node_ready, dtype=np.bool_)
+        for r in (reqs := [session.effective(t.request) for t in gang]):
             ok = ok & s.static_mask(r)
+        return self.holds(session, reqs, ok)
+
+    @staticmethod
+    def holds(session: Session, reqs: list[TaskRequest], ok: np.ndarray) -> bool:
+        """The free capacity summed over the nodes `ok` would hold `reqs`."""
+        c = session.snapshot.cluster
         milli = sum(r.gpu.total_milli for r in reqs)  # shares can be moved together to free whole GPUs
         return (
             int(c.gpu_free_total[ok].sum()) >= milli
@@ -119,6 +130,49 @@ class Consolidate:
             return 0
         stmt.commit()
         return used
+
+    def may_fit(self, session: Session, gang: list[Task]) -> bool:
+        """False when the try is bound to fail: the capacity free where someone in it may go is short.
+
+        A try places the gang's tasks and moves tasks from node to node, each through the
+        profile's filters. A node refused outright to all of them gains no task; every placement
+        takes from the free capacity of the others, and a moved task's GPUs freed there are
+        taken again where it goes. So those others must hold the gang in total.
+        """
+        shut = self.shut(session)
+        for t in unlike(gang):
+            if not shut.any():
+                return True
+            shut = shut & self.refused(session, t)
+        if not shut.any():
+            return True
+        # every node that is not shut, not only the gang's: a task moved off one of the gang's
+        # nodes may go to a node the gang may not use
+        live = np.asarray(session.snapshot.cluster.node_ready, dtype=np.bool_) & ~shut
+        return self.holds(session, [session.effective(t.request) for t in gang], live)
+
+    def shut(self, session: Session) -> np.ndarray:
+        """Nodes a filter refuses outright to every movable task (all of them when none is movable)."""
+        if self._shut is None:
+            s = session.snapshot
+            shut = np.ones(len(s.cluster), dtype=np.bool_)
+            movers = [a.task for a in s.allocations.values() if self.movable(session, a, "")]
+            for t in unlike(movers):
+                shut &= self.refused(session, t)
+                if not shut.any():
+                    break
+            self._shut = shut
+        return self._shut
+
+    @staticmethod
+    def refused(session: Session, task: Task) -> np.ndarray:
+        """Nodes some filter of the profile refuses `task` outright, whatever they have free."""
+        out = np.zeros(len(session.snapshot.cluster), dtype=np.bool_)
+        for f in node_bounds(session.profile.filters):
+            ex = f.excluded(session, task)
+            if ex is not None:
+                out |= ex
+        return out
 
     def room(self, session: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node: movable tasks, GPU milli they hold per device, and the CPU and memory they would free."""
@@ -242,6 +296,11 @@ class Consolidate:
         # keyed by task: a mover on several GPUs may be in more than one plan
         first = {a.task.name: a for _, _, chosen in plans[:need] for a in chosen}
         return [*first.values(), *(a for a in rest if a.task.name not in first)]
+
+
+def unlike(tasks: list[Task]) -> list[Task]:
+    """One task per workload and request: a `NodeBound` filter refuses all such tasks the same nodes."""
+    return list({(t.workload, id(t.request)): t for t in tasks}.values())
 
 
 def device_milli(d: DeviceAssignment) -> int:

@@ -143,7 +143,8 @@ class NodeBound(Protocol):
     """A filter that rules out whole nodes for a task whatever they have free.
 
     `excluded` returns the nodes (array positions) the filter's `keep` would refuse the task on
-    this cycle, or None when it refuses none outright. Bounds on free capacity
+    this cycle, or None when it refuses none outright; the same for tasks of one workload with
+    one request object (consolidate asks once per such group). Bounds on free capacity
     (`phalanx.actions.gang.upper_bound` with `filtered`) leave those nodes out, so that a what-if
     does not try a placement the filter is bound to refuse.
     """
