@@ -156,9 +156,16 @@ class Consolidate:
         if self._shut is None:
             s = session.snapshot
             shut = np.ones(len(s.cluster), dtype=np.bool_)
-            movers = [a.task for a in s.allocations.values() if self.movable(session, a, "")]
-            for t in unlike(movers):
-                shut &= self.refused(session, t)
+            seen: dict[tuple[int, ...], list[np.ndarray | None]] = {}  # kept, so that no id is reused
+            for a in s.allocations.values():
+                if not self.movable(session, a, ""):
+                    continue
+                out = excluded(session, a.task)
+                key = tuple(id(x) for x in out)  # the filters mostly hand every task one shared mask
+                if key in seen:
+                    continue
+                seen[key] = out
+                shut &= union(len(s.cluster), out)
                 if not shut.any():
                     break
             self._shut = shut
@@ -167,12 +174,7 @@ class Consolidate:
     @staticmethod
     def refused(session: Session, task: Task) -> np.ndarray:
         """Nodes some filter of the profile refuses `task` outright, whatever they have free."""
-        out = np.zeros(len(session.snapshot.cluster), dtype=np.bool_)
-        for f in node_bounds(session.profile.filters):
-            ex = f.excluded(session, task)
-            if ex is not None:
-                out |= ex
-        return out
+        return union(len(session.snapshot.cluster), excluded(session, task))
 
     def room(self, session: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node: movable tasks, GPU milli they hold per device, and the CPU and memory they would free."""
@@ -296,6 +298,19 @@ class Consolidate:
         # keyed by task: a mover on several GPUs may be in more than one plan
         first = {a.task.name: a for _, _, chosen in plans[:need] for a in chosen}
         return [*first.values(), *(a for a in rest if a.task.name not in first)]
+
+
+def excluded(session: Session, task: Task) -> list[np.ndarray | None]:
+    """Each `NodeBound` filter's nodes refused to `task` (None: none)."""
+    return [f.excluded(session, task) for f in node_bounds(session.profile.filters)]
+
+
+def union(n: int, masks: list[np.ndarray | None]) -> np.ndarray:
+    out = np.zeros(n, dtype=np.bool_)
+    for m in masks:
+        if m is not None:
+            out |= m
+    return out
 
 
 def unlike(tasks: list[Task]) -> list[Task]:

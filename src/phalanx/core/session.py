@@ -20,7 +20,7 @@ from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason, Rep
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.core.feasibility import explain, find_candidates, node_capacity
+from phalanx.core.feasibility import capacity_of, explain, find_candidates
 from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
@@ -156,6 +156,7 @@ class Session:
         fresh, partial = s.fresh, s.partial  # a driver may mark every workload fresh: not copied here
         specials = len(fresh) + len(partial)  # at least as many as the two together
         out: list[WorkloadEntry] = []
+        either: set[str] | None = None  # fresh | partial, made once (the same set, iterated alike)
         for key, group in s.pending_groups.items():
             sample = next(iter(group.values()))
             if len(group) == 1 or (k := self.room_for(sample)) >= len(group) - 1:
@@ -170,7 +171,9 @@ class Session:
             seen = {e.name for e in picked}
             out.extend(picked)
             if specials < len(group):
-                out.extend(group[n] for n in fresh | partial if n in group and n not in seen)
+                if either is None:
+                    either = fresh | partial
+                out.extend(group[n] for n in either if n in group and n not in seen)
             else:
                 out.extend(e for n, e in group.items() if (n in fresh or n in partial) and n not in seen)
         return out
@@ -181,7 +184,7 @@ class Session:
         total = 0
         counts = []
         for ps in w.podsets:
-            cap = int(node_capacity(self.snapshot, self.effective(ps.request)).sum())
+            cap = capacity_of(self.snapshot, self.effective(ps.request), self.memo)[1]  # kept: no sum anew
             total += min(ps.count, cap)
             counts.append(cap // ps.count if ps.count else cap)
         if total < w.gang_size:
