@@ -347,6 +347,20 @@ def evict_for(
     return again
 
 
+def would_take(
+    session: Session,
+    preemptor: WorkloadEntry,
+    tasks: list[Task],
+    candidates: Iterable[Victim],
+    allow: Callable[[Victim, list[Victim]], bool] | None = None,
+) -> list[Victim] | None:
+    """The victims `evict_for` would take (its first pass), changing nothing; None if none would do."""
+    taken, _ = _attempt(
+        session, preemptor, tasks, by_node(session, tasks, candidates), "", allow, commit=False
+    )
+    return taken
+
+
 def _attempt(
     session: Session,
     preemptor: WorkloadEntry,

@@ -17,6 +17,10 @@ runtime, a workload that is not preemptible) is told which guard and until when 
 (hysteresis, a fraction of what is owed): a queue reclaims only below (1 - m) x what it is owed,
 and only from queues above (1 + m) x theirs, so two queues near their shares do not trade
 workloads back and forth.
+`max_loss_per_gpu: S` (seconds; 0 is off) weighs a reclaim's cost against its gain: the victims
+may lose at most S seconds of GPU time (their work since the last checkpoint plus their restart,
+as the victim order counts them) for each GPU the waiting workload gets back. A reclaim that
+would lose more waits, and the waiting workload is told what it would lose (`RECLAIM_COST`).
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ import numpy as np
 from phalanx.actions import budget as budgets
 from phalanx.actions import holds
 from phalanx.actions.budget import Budget
-from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims
+from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims, would_take
 from phalanx.actions.gang import gang_tasks
 from phalanx.actions.leaving import past_leaving
-from phalanx.core.model import Task
+from phalanx.core.decisions import RECLAIM_COST, Hold
+from phalanx.core.model import MILLI, Task
 from phalanx.core.queues import GPU
 from phalanx.core.session import Session
 from phalanx.core.snapshot import WorkloadEntry
@@ -54,12 +59,20 @@ class Reclaim:
         budget: dict[str, object] | None = None,
         restart_s: float = 0.0,
         margin: float = 0.0,
+        max_loss_per_gpu: float = 0.0,
     ) -> None:
         if checkpoint_window < 0 or repeat_window < 0 or not 0 <= restart_s < float("inf"):
             raise ValueError("checkpoint_window, repeat_window and restart_s must be >= 0 s")
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be a fraction of what a queue is owed in [0, 1), got {margin!r}")
         self.margin = margin
+        if (
+            isinstance(max_loss_per_gpu, bool)
+            or not isinstance(max_loss_per_gpu, int | float)
+            or not 0.0 <= max_loss_per_gpu < float("inf")
+        ):
+            raise ValueError(f"max_loss_per_gpu must be seconds of GPU time >= 0, got {max_loss_per_gpu!r}")
+        self.max_loss_per_gpu = max_loss_per_gpu
         self.guards = Guards(checkpoint_window, repeat_window, Budget.parse(budget), restart_s)
         if owed not in ("deserved", "fair"):
             raise ValueError("owed must be 'deserved' or 'fair'")
@@ -127,12 +140,41 @@ class Reclaim:
                 continue
             tries += 1
             allow = budgets.admits(session, self.guards.budget, None, keeps_deserved)
-            taken = evict_for(session, entry, gang, cands, f"reclaimed by queue {q} for {entry.name}", allow)
+            worth = Worth(self.max_loss_per_gpu * ask[GPU] / MILLI, allow) if self.max_loss_per_gpu else None
+            why = f"reclaimed by queue {q} for {entry.name}"
+            taken = evict_for(session, entry, gang, cands, why, worth or allow)
             if taken is not None:
                 session.pending.pop(entry.name, None)
-            else:
-                failed.add((q, entry.demand_key))
-                self._hold(session, entry, gang, over, keeps_deserved)
+                continue
+            failed.add((q, entry.demand_key))
+            if worth is not None and worth.refused and self._costly(session, entry, gang, over, allow, ask):
+                continue
+            self._hold(session, entry, gang, over, keeps_deserved)
+
+    def _costly(
+        self,
+        session: Session,
+        entry: WorkloadEntry,
+        gang: list[Task],
+        over: set[str],
+        allow: Callable[[Victim, list[Victim]], bool] | None,
+        ask: np.ndarray,
+    ) -> bool:
+        """Whether only the cost held the reclaim back (victims would make room without it); if so, say so."""
+        cands = victims(
+            session, partial(_in_queues, over), self.min_runtime, over, self.guards, entry.demand_key
+        )
+        taken = would_take(session, entry, gang, cands, allow)
+        if taken is None:
+            return False
+        lost_h = sum(v.cost for v in taken) / 3600.0
+        gpus = ask[GPU] / MILLI
+        names = sorted({v.name for v in taken})
+        who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        detail = f"{lost_h:.2f} GPU-h for {gpus:g} GPU{'s' if gpus != 1 else ''}"
+        hold = Hold(self.name, RECLAIM_COST, who, None, self.max_loss_per_gpu, detail)
+        holds.note(session, entry, (hold,))
+        return True
 
     def _hold(
         self,
@@ -162,6 +204,22 @@ class Reclaim:
         free = victims(session, partial(_in_queues, over), self.min_runtime, over, self.guards, shape)
         window = self.guards.checkpoint_window
         holds.note(session, entry, holds.held_back(session, entry, gang, free, guarded, allow, window))
+
+
+class Worth:
+    """An eviction predicate: the victims taken so far plus this one lose at most `limit` GPU-seconds
+    (then `inner` decides); remembers whether it refused any for that."""
+
+    def __init__(self, limit: float, inner: Callable[[Victim, list[Victim]], bool] | None) -> None:
+        self.limit = limit
+        self.inner = inner
+        self.refused = False
+
+    def __call__(self, v: Victim, taken: list[Victim]) -> bool:
+        if sum(t.cost for t in taken) + v.cost > self.limit + EPS:
+            self.refused = True
+            return False
+        return self.inner is None or self.inner(v, taken)
 
 
 def _in_queues(queues: set[str], entry: WorkloadEntry) -> bool:

@@ -109,6 +109,7 @@ QUEUE_BUDGET = "queue eviction budget"  # the victim's queue had its evictions o
 CLUSTER_BUDGET = "cluster eviction budget"  # the cluster had its evictions of the last hour
 QUEUE_GPU_BUDGET = "queue GPU-hour budget"  # the victim's queue lost its GPU-hours of the last hour
 CLUSTER_GPU_BUDGET = "cluster GPU-hour budget"  # the cluster lost its GPU-hours of the last hour
+RECLAIM_COST = "reclaim cost"  # the victims would lose more GPU-time than the GPUs reclaimed are worth
 _BUDGETS = (QUEUE_BUDGET, CLUSTER_BUDGET, QUEUE_GPU_BUDGET, CLUSTER_GPU_BUDGET)
 
 
@@ -132,7 +133,7 @@ class Hold:
         """The victim, with what matters about it: `default/low-0 (priority 100)`."""
         return (
             f"{self.victim} ({self.detail})"
-            if self.detail and self.guard != DISRUPTION_BUDGET
+            if self.detail and self.guard not in (DISRUPTION_BUDGET, RECLAIM_COST)
             else self.victim
         )
 
@@ -174,6 +175,12 @@ class Hold:
             )
         if self.guard in _BUDGETS:
             return self._budget_text(who, end, many)
+        if self.guard == RECLAIM_COST:
+            return (
+                f"{self.action}: evicting {who} would lose {self.detail}, more than "
+                f"max_loss_per_gpu allows ({self.limit:g} s of GPU time per GPU reclaimed); "
+                "waits until it costs less or the queue gets room"
+            )
         if self.guard == DISRUPTION_BUDGET:
             why = f": {self.detail.rstrip('.')}" if self.detail else ""
             return (
@@ -211,6 +218,8 @@ class Hold:
             return f"when {who} {'have' if many else 'has'} just checkpointed"
         if self.guard == REPEAT:
             return f"when {who} may be evicted again for this shape"
+        if self.guard == RECLAIM_COST:
+            return f"when reclaiming from {who} costs less"
         if self.guard in _BUDGETS:
             return f"when the eviction budget allows evicting {who}" if who else "when the budget frees"
         return f"when the eviction of {who} is allowed"
@@ -257,7 +266,14 @@ def holds_text(holds: tuple[Hold, ...], when: Callable[[float], str] = sim_time,
     alike: dict[tuple[object, ...], list[Hold]] = {}
     for h in holds:
         alike.setdefault(
-            (h.action, h.guard, h.until, h.limit, h.detail if h.guard == DISRUPTION_BUDGET else ""), []
+            (
+                h.action,
+                h.guard,
+                h.until,
+                h.limit,
+                h.detail if h.guard in (DISRUPTION_BUDGET, RECLAIM_COST) else "",
+            ),
+            [],
         ).append(h)
     groups = sorted(alike.values(), key=lambda g: (g[0].until is None, g[0].until or 0.0), reverse=True)
     out = []
