@@ -193,8 +193,8 @@ class Replica:
 def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, drop_every: float,
         bind_500: float, seed: int = 1, shards: int = 0, full: argparse.Namespace | None = None,
         ) -> dict[str, Any]:  # fmt: skip
-    """`full`: the --full mode's arguments (queues, reclaim_min_runtime, budget_queue, budget_cluster,
-    phase_s, max_waiting), or None."""
+    """`full`: the --full mode's arguments (queues, reclaim_min_runtime, reclaim_margin, budget_queue,
+    budget_cluster, phase_s, max_waiting), or None."""
     out.mkdir(parents=True, exist_ok=True)
     cp = ControlPlane().start()
     kube = Kube(cp)
@@ -206,7 +206,7 @@ def run(minutes: float, nodes: int, out: Path, rate: float, kill_every: float, d
             churn_full.setup(kube, nodes, full.queues)
             pools = {f"h100-{k:04d}": "" for k in range(nodes)}
             prof = churn_full.profile(out / "profile.yaml", full.reclaim_min_runtime, full.budget_queue,
-                                      full.budget_cluster)  # fmt: skip
+                                      full.budget_cluster, full.reclaim_margin)  # fmt: skip
         else:
             pools = _nodes(kube, nodes, shards)
         setup_s = time.monotonic() - t0
@@ -327,6 +327,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--reclaim-min-runtime", type=float, default=60.0, help="--full: reclaim's min_runtime (s)"
+    )
+    ap.add_argument(
+        "--reclaim-margin", type=float, default=None, help="--full: reclaim's margin (default: as shipped)"
     )
     ap.add_argument(
         "--budget-queue", type=int, default=30, help="--full: evictions an hour per queue (0: off)"

@@ -12,8 +12,9 @@ turned away and counted). An evicted job comes back as a Job or training operato
 its pods made again under the same names (its PodGroup stays), so it waits, runs and may be evicted
 again. The scheduler runs a copy of the default profile `phalanx-queues` with reclaim's
 `min_runtime` cut to `reclaim_min_runtime` (the default's hour would let nothing be reclaimed in a
-run of an hour) and an eviction budget on reclaim and preempt; every other key as shipped,
-`repeat_window: 3600` included.
+run of an hour), its `margin` set by `--reclaim-margin` if given (the default's 0.6 lets no queue
+of this run reclaim), and an eviction budget on reclaim and preempt; every other key as shipped,
+`repeat_window: 3600` and `max_loss_per_gpu: 3600` included.
 
 The preemptor of each eviction is read from the victim pod's `Preempted` Event (matched by the
 pod's uid; polled with `fieldSelector=reason=Preempted` every 10 s and once more at the end): its
@@ -75,8 +76,11 @@ def setup(kube: Any, nodes: int, queues: int) -> None:
                     "value": value})  # fmt: skip
 
 
-def profile(path: Path, reclaim_min_runtime: float, budget_queue: int, budget_cluster: int) -> Path:
-    """The default profile, reclaim's minimum runtime cut, a budget on reclaim and preempt."""
+def profile(
+    path: Path, reclaim_min_runtime: float, budget_queue: int, budget_cluster: int, margin: float | None
+) -> Path:
+    """The default profile, reclaim's minimum runtime cut (and its `margin`, if given), a budget on
+    reclaim and preempt."""
     text = (importlib.resources.files("phalanx.profiles") / "phalanx-queues.yaml").read_text()
     prof = yaml.safe_load(text)
     prof["name"] = "churn-full"
@@ -84,6 +88,8 @@ def profile(path: Path, reclaim_min_runtime: float, budget_queue: int, budget_cl
     for action in prof["actions"]:
         if action["name"] == "reclaim":
             action["args"]["min_runtime"] = reclaim_min_runtime
+            if margin is not None:
+                action["args"]["margin"] = margin
         if action["name"] in ("reclaim", "preempt") and budget:
             action["args"]["budget"] = dict(budget)
     path.write_text(yaml.safe_dump(prof, sort_keys=False))

@@ -34,16 +34,22 @@ class Reserve:
         self.min_gpus = min_gpus
         self.min_wait = min_wait
         self.by_queue = head == "queue"
+        self._large: dict[object, bool] = {}  # per demand key: a gang of min_gpus or more
 
     def execute(self, session: Session) -> None:
         s = session.snapshot
         heads = []
-        for group in s.pending_groups.values():
-            sample = next(iter(group.values()))
-            gpus = sorted((t.request.gpu.total_milli for t in sample.tasks), reverse=True)
-            if sum(gpus[: sample.workload.gang_size]) < self.min_gpus * MILLI:
-                continue  # every workload of a group asks for the same
-            heads += [e for e in group.values() if not e.bound]
+        large = self._large
+        for key, group in s.pending_groups.items():
+            big = large.get(key)
+            if big is None:  # every workload of a group asks for the same: worked out once a group
+                sample = next(iter(group.values()))
+                gpus = sorted((t.request.gpu.total_milli for t in sample.tasks), reverse=True)
+                big = large[key] = sum(gpus[: sample.workload.gang_size]) >= self.min_gpus * MILLI
+                if len(large) > 65536:  # bounded: the shapes of workloads long gone go
+                    large.clear()
+            if big:
+                heads += [e for e in group.values() if not e.bound]
         if not heads:
             return
         if self.by_queue:
@@ -60,22 +66,25 @@ class Reserve:
         c = s.cluster
         times = np.sort(self.gpu_free_times(session), axis=1)  # per node, when 1, 2, ... GPUs are free
         usable = c.node_ready & s.static_mask(req)
-        slots: list[tuple[float, int]] = []
+        at: list[np.ndarray] = []  # (when, node) slots: a node's k-th slot is when k tasks fit there
+        on: list[np.ndarray] = []
         most = min(len(gang), times.shape[1] // d)
         for k in range(1, most + 1):
             t = times[:, k * d - 1]
             fits = (
                 usable & np.isfinite(t) & (c.cpu_cap >= k * req.cpu_milli) & (c.mem_cap >= k * req.memory_mib)
             )
-            slots += [(float(t[i]), int(i)) for i in np.nonzero(fits)[0]]
-        if len(slots) < len(gang):
+            idx = np.nonzero(fits)[0]
+            at.append(t[idx])
+            on.append(idx)
+        when = np.concatenate(at) if at else np.zeros(0)
+        if len(when) < len(gang):
             return
-        slots.sort()
-        chosen = slots[: len(gang)]
+        nodes = np.concatenate(on)
+        earliest = np.lexsort((nodes, when))[: len(gang)]  # the earliest slots, by node on a tie
         mask = np.zeros(len(c), dtype=np.bool_)
-        for _, i in chosen:
-            mask[i] = True
-        session.reservation = Reservation(head.name, mask, chosen[-1][0])
+        mask[nodes[earliest]] = True
+        session.reservation = Reservation(head.name, mask, float(when[earliest[-1]]))
 
     @staticmethod
     def gpu_free_times(session: Session) -> np.ndarray:
