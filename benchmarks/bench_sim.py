@@ -222,14 +222,18 @@ def tenancy(
     trace: str = "gavel",
     load: float = 1.0,
     progress: bool = False,
+    checkpoints: float = 300.0,
 ) -> None:
-    """Tenants as queues with equal deserved GPUs and no limits (see `tenancy_input`)."""
+    """Tenants as queues with equal deserved GPUs and no limits (see `tenancy_input`); each job
+    checkpoints every `checkpoints` seconds of run (0: never, an eviction loses the whole run)."""
     inputs = tenancy_input(trace, limit, load)
     njobs = sum(len(j) for _, j, _, _ in inputs)
     gpus = sum(len(n.gpus) for n in inputs[0][2])
+    every = f"checkpoints every {checkpoints:g} s" if checkpoints else "no checkpoints"
     print(
         f"{trace}: {len(inputs)} replay(s), {njobs:,} jobs, {gpus} GPUs, load {load:g}, a queue per tenant "
-        "with equal deserved GPUs, checkpoints every 300 s; figures are means over the replays\n"
+        f"with equal deserved GPUs, {every}; "
+        "figures are means over the replays\n"
     )
     print(
         "| profile | avg JCT (s) | p95 JCT (s) | avg wait (s) | max wait 8+ GPU (s) | Jain | evictions "
@@ -250,7 +254,10 @@ def tenancy(
             share = len(nodes[0].gpus) * len(nodes) * 1000 / len(vcs)
             tree = QueueTree(Queue(v, quotas={"gpu": ResourceQuota(share)}) for v in vcs)
             show = progress_printer(f"{profile.name} {label}") if progress else None
-            s = replay(nodes, jobs, profile, topology_levels=levels, queues=tree, progress=show).summary()
+            s = replay(
+                nodes, jobs, profile, topology_levels=levels, queues=tree, progress=show,
+                checkpoint_interval=checkpoints,
+            ).summary()  # fmt: skip
             for k in keys:
                 v = float(s[k])
                 sums[k] += 0.0 if math.isnan(v) else v / len(inputs)
@@ -276,6 +283,9 @@ def main() -> None:
     ap.add_argument("--trace", choices=["gavel", "pollux"], default="gavel", help="tenancy: which trace")
     ap.add_argument("--load", type=float, default=1.0, help="tenancy: arrival rate scale (< 1: lighter)")
     ap.add_argument("--progress", action="store_true", help="tenancy: a line on stderr every 5 %% of jobs")
+    ap.add_argument(
+        "--checkpoints", type=float, default=300.0, help="tenancy: seconds between checkpoints (0: none)"
+    )
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--out", default="/tmp/phalanx-bench")
     args = ap.parse_args()
@@ -288,7 +298,8 @@ def main() -> None:
     elif args.what == "speed":
         speed()
     elif args.what == "tenancy":
-        tenancy(args.limit, args.ablate, args.profiles, args.trace, args.load, args.progress)
+        a = args
+        tenancy(a.limit, a.ablate, a.profiles, a.trace, a.load, a.progress, a.checkpoints)
     else:
         replays()
 

@@ -28,10 +28,10 @@ from phalanx.core.feasibility import (
     node_capacity,
 )
 from phalanx.core.model import Workload
-from phalanx.core.session import Session
+from phalanx.core.session import ORDER_BY_ATTAINED, Session
 from phalanx.core.snapshot import HashedKey, Snapshot
 from phalanx.plugins.topology import GangAffinityScorer
-from phalanx.profiles import load_profile
+from phalanx.profiles import compile_profile, load_profile
 
 
 def snapshot(seed: int) -> Snapshot:
@@ -217,3 +217,31 @@ def test_capacity_of_a_few_nodes_is_their_part_of_the_whole() -> None:
                 rows = np.sort(rng.choice(len(snap.cluster), size=k, replace=False)).astype(np.int64)
                 assert node_capacity(snap, req, rows).tolist() == every[rows].tolist()
     session.close()
+
+
+def test_a_las_key_kept_across_cycles_follows_the_attained_service() -> None:
+    """`las` keys are kept in the entry while its attained service stays: each cycle's keys equal
+    the keys worked out anew, as attained service moves across the thresholds."""
+    prof = compile_profile(
+        {
+            "name": "las",
+            "actions": [{"name": "allocate"}],
+            "order": [{"name": "priority"}, {"name": "las", "args": {"thresholds": [100, 1000]}}],
+        }
+    )
+    snap = snapshot(0)
+    entries = list(snap.workloads.values())
+    rng = np.random.default_rng(0)
+    levels_seen = set()
+    for cycle in range(8):
+        if cycle:
+            assert all(ORDER_BY_ATTAINED in e.cache for e in entries)  # kept from the cycle before
+        kept = [Session(snap, prof, float(cycle), rng).order_key(e) for e in entries]
+        for e in entries:
+            del e.cache[ORDER_BY_ATTAINED]
+        anew = [Session(snap, prof, float(cycle), rng).order_key(e) for e in entries]
+        assert kept == anew
+        levels_seen |= {k[1] for k in anew}
+        for e in entries[cycle % 3 :: 3]:
+            e.attained = e.attained + 400.0  # some cross a threshold this time, some do not
+    assert levels_seen == {0, 1, 2}

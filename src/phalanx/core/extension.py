@@ -64,6 +64,8 @@ class WorkloadOrder(Protocol):
     `static`: the key depends only on the workload (kept in the entry across cycles).
     `cycle_static`: it holds for one cycle (attained service, run time move between cycles).
     `natural`: the order is the snapshot's own (priority, age, name), kept sorted for free.
+    An optional `keyed_by_attained` (true): the key depends only on the workload and its attained
+    service, so a waiting workload's key is kept across cycles while its attained service stays.
     """
 
     name: str

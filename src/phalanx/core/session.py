@@ -38,6 +38,8 @@ class Reservation:
     due: float
 
 
+ORDER_BY_ATTAINED = "order-by-attained"  # entry cache: (profile, attained service, order key)
+
 Stream = Callable[[str, list[Bind]], None]  # a workload placed whole, and its binds, as soon as final
 
 
@@ -87,12 +89,18 @@ class Session:
         if self._order_memo is None:
             order = self.profile.order
             static = all(o.static for o in order)
+            by_attained = all(o.static or getattr(o, "keyed_by_attained", False) for o in order)
             cycle = all(o.static or o.cycle_static for o in order)
-            self._order_memo = ("entry" if static else "cycle" if cycle else "none", {})
+            how = "entry" if static else "attained" if by_attained else "cycle" if cycle else "none"
+            self._order_memo = (how, {})
         how, keys = self._order_memo
         cached: object = None
         if how == "entry":
             cached = e.cache.get(("order", self.profile.name))
+        elif how == "attained":  # kept in the entry while its attained service stays (a waiting one's does)
+            kept = e.cache.get(ORDER_BY_ATTAINED)
+            if isinstance(kept, tuple) and kept[0] is self.profile and kept[1] == e.attained:
+                cached = kept[2]
         elif how == "cycle":
             cached = keys.get(e.name)
         if isinstance(cached, tuple):
@@ -104,6 +112,8 @@ class Session:
         key = tuple(parts)
         if how == "entry":
             e.cache[("order", self.profile.name)] = key
+        elif how == "attained":
+            e.cache[ORDER_BY_ATTAINED] = (self.profile, e.attained, key)
         elif how == "cycle":
             keys[e.name] = key
         return key

@@ -43,6 +43,11 @@ class LasOrder(CycleHooks, ChangeForecast):
         """Attained service moves only between cycles; a place in a level's list may move in one."""
         return self.within == "arrival"
 
+    @property
+    def keyed_by_attained(self) -> bool:
+        """The key is the level of the entry's attained service alone (not so for a place in a list)."""
+        return self.within == "arrival"
+
     def __init__(self, thresholds: list[float] | None = None, within: str = "arrival") -> None:
         self.thresholds = sorted(thresholds if thresholds is not None else [3600.0, 36_000.0])
         if any(t <= 0 for t in self.thresholds):
