@@ -106,3 +106,33 @@ def test_the_skip_is_never_wrong_on_random_clusters() -> None:
                 (a.task.name, a.node, a.devices.gpus) for a in sc.snapshot.allocations.values()
             )
     assert skipped >= 10 and tried >= 50  # both sides of the look were met
+
+
+def test_a_share_charged_by_gpu_memory_keeps_the_try() -> None:
+    """A memory-sized share takes fewer milli-GPU on a GPU with more memory: moved, it frees more
+    than it takes, so the sums prove nothing and the try is made (and here succeeds)."""
+    nodes = [
+        make_node("A").cpu(64).memory("512Gi").gpus(1, memory="40Gi").build(),
+        make_node("B").cpu(64).memory("512Gi").gpus(1, memory="80Gi").build(),
+        make_node("C").cpu(64).memory("512Gi").gpus(1, memory="80Gi").build(),
+    ]
+    sc = Scenario(nodes, profile=PROFILE)
+    cl = sc.snapshot.cluster
+    cl.set_ready(0, False)
+    cl.set_ready(2, False)
+    sc.add(make_workload("u").podset("p", fraction=0.8).preemptible(False).created(0).build())
+    sc.run()  # u on B: 200 milli free there
+    cl.set_ready(0, True)
+    cl.set_ready(1, False)
+    sc.add(make_workload("m").podset("p", gpu_memory=10240).created(1).build())
+    sc.run()  # m on A: 250 milli of its 40 GiB GPU
+    cl.set_ready(1, True)
+    cl.set_ready(2, True)
+    sc.add(make_workload("gang").podset("p", gpu=1).created(10).build())
+    session = Session(sc.snapshot, PROFILE, sc.clock + 1, np.random.default_rng(0))
+    session.reservation = Reservation("big", np.array([False, False, True]), 1000.0)  # C, for everyone
+    entry = sc.snapshot.workloads["gang"]
+    gang, _ = gang_tasks(entry)
+    c = Consolidate()
+    assert c.may_fit(session, gang)  # 750 + 200 milli free off C: short by the sums, yet
+    assert c.consolidate(session, entry, gang, 8) == 1  # m moves to B at 125 milli; the gang takes A

@@ -6,6 +6,14 @@ tasks there (preemptible single-task workloads, or an elastic workload's optiona
 running for at least `min_runtime`) are evicted and placed elsewhere. Only if every moved
 task finds a new place and the gang then fits is anything committed. At most `max_moves`
 moves per cycle.
+
+Free capacity counts only on nodes some task of the try may use: a node a filter refuses
+outright (`NodeBound`, e.g. one reserved for a large gang) both to the gang and to every
+movable task can take nobody in the try, however much it has free. A gang short of room
+elsewhere is then known to fail without the try (its evictions and their undoing), and it
+counts as a failed try, so the same gangs are tried as before. Only where the sums are exact
+(whole GPUs and shares by milli, no memory-sized or MIG-served shares) and the profile breaks
+ties by name (a skipped try draws no random numbers).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from phalanx.actions.evict import lost_work
 from phalanx.actions.gang import gang_tasks
 from phalanx.core.cluster import DeviceAssignment
 from phalanx.core.feasibility import may_host
-from phalanx.core.model import MILLI, GpuKind, Task, TaskRequest
+from phalanx.core.model import MIG_BACKEND, MILLI, GpuKind, Task, TaskRequest
 from phalanx.core.session import Session
 from phalanx.core.snapshot import Allocation, Snapshot, WorkloadEntry
 from phalanx.core.statement import Statement
@@ -139,6 +147,10 @@ class Consolidate:
         takes from the free capacity of the others, and a moved task's GPUs freed there are
         taken again where it goes. So those others must hold the gang in total.
         """
+        if session.profile.tie_break != "name":  # a skipped try draws no random numbers: later draws differ
+            return True
+        if not all(exact_charge(session.effective(t.request)) for t in gang):
+            return True
         shut = self.shut(session)
         for t in unlike(gang):
             if not shut.any():
@@ -160,6 +172,9 @@ class Consolidate:
             for a in s.allocations.values():
                 if not self.movable(session, a, ""):
                     continue
+                if not exact_charge(session.effective(a.task.request)):
+                    shut[:] = False  # moved, it may take more or less than it frees: no skip
+                    break
                 out = excluded(session, a.task)
                 key = tuple(id(x) for x in out)  # the filters mostly hand every task one shared mask
                 if key in seen:
@@ -311,6 +326,13 @@ def union(n: int, masks: list[np.ndarray | None]) -> np.ndarray:
         if m is not None:
             out |= m
     return out
+
+
+def exact_charge(req: TaskRequest) -> bool:
+    """A placement takes exactly the request's GPU milli from the free total wherever it goes (not so
+    for a memory-sized share, charged by each GPU's memory, nor for one a MIG slice may serve)."""
+    g = req.gpu
+    return g.kind in (GpuKind.NONE, GpuKind.WHOLE, GpuKind.FRACTION) and MIG_BACKEND not in g.backends
 
 
 def unlike(tasks: list[Task]) -> list[Task]:

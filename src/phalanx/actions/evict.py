@@ -323,12 +323,14 @@ def evict_for(
     candidates: Iterable[Victim],
     reason: str,
     allow: Callable[[Victim, list[Victim]], bool] | None = None,
+    accept: Callable[[list[Victim]], bool] | None = None,
 ) -> list[Victim] | None:
     """Evict candidates in order until the gang is admitted and fits; commit and return the victims.
 
     The greedy pass may evict victims on nodes the gang then does not use; a second pass
     evicts only those on the gang's nodes, and is kept if the gang still fits. If it never
-    fits, nothing changes.
+    fits, nothing changes. `accept` sees the victims that would be evicted in the end and may
+    refuse them all (then nothing changes either).
     """
     taken, used = _attempt(
         session, preemptor, tasks, by_node(session, tasks, candidates), reason, allow, commit=False
@@ -337,28 +339,18 @@ def evict_for(
         return None
     needed = [v for v in taken if any(a.node in used for a in v.allocs)]
     if len(needed) < len(taken):
-        fewer, _ = _attempt(session, preemptor, tasks, needed, reason, allow, commit=True)
-        if fewer is not None:
+        fewer, _ = _attempt(session, preemptor, tasks, needed, reason, allow, commit=accept is None)
+        if fewer is not None and accept is None:
             budgets.note(session, fewer)
             return fewer
+        if fewer is not None:
+            taken = fewer
+    if accept is not None and not accept(taken):
+        return None
     again, _ = _attempt(session, preemptor, tasks, taken, reason, allow, commit=True)
     if again is not None:
         budgets.note(session, again)
     return again
-
-
-def would_take(
-    session: Session,
-    preemptor: WorkloadEntry,
-    tasks: list[Task],
-    candidates: Iterable[Victim],
-    allow: Callable[[Victim, list[Victim]], bool] | None = None,
-) -> list[Victim] | None:
-    """The victims `evict_for` would take (its first pass), changing nothing; None if none would do."""
-    taken, _ = _attempt(
-        session, preemptor, tasks, by_node(session, tasks, candidates), "", allow, commit=False
-    )
-    return taken
 
 
 def _attempt(

@@ -17,10 +17,13 @@ runtime, a workload that is not preemptible) is told which guard and until when 
 (hysteresis, a fraction of what is owed): a queue reclaims only below (1 - m) x what it is owed,
 and only from queues above (1 + m) x theirs, so two queues near their shares do not trade
 workloads back and forth.
-`max_loss_per_gpu: S` (seconds; 0 is off) weighs a reclaim's cost against its gain: the victims
-may lose at most S seconds of GPU time (their work since the last checkpoint plus their restart,
-as the victim order counts them) for each GPU the waiting workload gets back. A reclaim that
-would lose more waits, and the waiting workload is told what it would lose (`RECLAIM_COST`).
+`max_loss_per_gpu: S` (seconds; 0 is off) weighs a reclaim's cost against its gain where the gain
+is fairness beyond a guarantee: a reclaim that takes the queue above its deserved quota may make
+its victims lose (their work since the last checkpoint plus their restart, as the victim order
+counts them, over the victims evicted in the end) at most S seconds of GPU time for each GPU the
+waiting workload gets back. One that would lose more waits, and the waiting workload is told what
+it would lose (`RECLAIM_COST`). Up to its deserved quota a queue reclaims whatever it costs (as in
+Kueue and KAI, the quota is a guarantee).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 from phalanx.actions import budget as budgets
 from phalanx.actions import holds
 from phalanx.actions.budget import Budget
-from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims, would_take
+from phalanx.actions.evict import Guards, Victim, evict_for, peek, victims
 from phalanx.actions.gang import gang_tasks
 from phalanx.actions.leaving import past_leaving
 from phalanx.core.decisions import RECLAIM_COST, Hold
@@ -140,41 +143,19 @@ class Reclaim:
                 continue
             tries += 1
             allow = budgets.admits(session, self.guards.budget, None, keeps_deserved)
-            worth = Worth(self.max_loss_per_gpu * ask[GPU] / MILLI, allow) if self.max_loss_per_gpu else None
+            # the cost is weighed above the queue's deserved quota only: that quota is its guarantee
+            beyond = after > tree.deserved[q][GPU] + EPS
+            worth = Worth(session, gang, self.max_loss_per_gpu) if self.max_loss_per_gpu and beyond else None
             why = f"reclaimed by queue {q} for {entry.name}"
-            taken = evict_for(session, entry, gang, cands, why, worth or allow)
+            taken = evict_for(session, entry, gang, cands, why, allow, worth)
             if taken is not None:
                 session.pending.pop(entry.name, None)
                 continue
             failed.add((q, entry.demand_key))
-            if worth is not None and worth.refused and self._costly(session, entry, gang, over, allow, ask):
+            if worth is not None and worth.refused:  # room was there; the cost held it back
+                holds.note(session, entry, (worth.hold(self.name),))
                 continue
             self._hold(session, entry, gang, over, keeps_deserved)
-
-    def _costly(
-        self,
-        session: Session,
-        entry: WorkloadEntry,
-        gang: list[Task],
-        over: set[str],
-        allow: Callable[[Victim, list[Victim]], bool] | None,
-        ask: np.ndarray,
-    ) -> bool:
-        """Whether only the cost held the reclaim back (victims would make room without it); if so, say so."""
-        cands = victims(
-            session, partial(_in_queues, over), self.min_runtime, over, self.guards, entry.demand_key
-        )
-        taken = would_take(session, entry, gang, cands, allow)
-        if taken is None:
-            return False
-        lost_h = sum(v.cost for v in taken) / 3600.0
-        gpus = ask[GPU] / MILLI
-        names = sorted({v.name for v in taken})
-        who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        detail = f"{lost_h:.2f} GPU-h for {gpus:g} GPU{'s' if gpus != 1 else ''}"
-        hold = Hold(self.name, RECLAIM_COST, who, None, self.max_loss_per_gpu, detail)
-        holds.note(session, entry, (hold,))
-        return True
 
     def _hold(
         self,
@@ -207,19 +188,27 @@ class Reclaim:
 
 
 class Worth:
-    """An eviction predicate: the victims taken so far plus this one lose at most `limit` GPU-seconds
-    (then `inner` decides); remembers whether it refused any for that."""
+    """The cost rule: the victims a reclaim would evict in the end may lose at most what the GPUs
+    it gives back are worth; remembers the set it refused, and says so as a hold."""
 
-    def __init__(self, limit: float, inner: Callable[[Victim, list[Victim]], bool] | None) -> None:
-        self.limit = limit
-        self.inner = inner
-        self.refused = False
+    def __init__(self, session: Session, gang: list[Task], per_gpu: float) -> None:
+        s = session.snapshot
+        self.gpus = sum(s.gpu_milli_asked(session.effective(t.request)) for t in gang) / MILLI
+        self.per_gpu = per_gpu
+        self.refused: list[Victim] = []
 
-    def __call__(self, v: Victim, taken: list[Victim]) -> bool:
-        if sum(t.cost for t in taken) + v.cost > self.limit + EPS:
-            self.refused = True
-            return False
-        return self.inner is None or self.inner(v, taken)
+    def __call__(self, taken: list[Victim]) -> bool:
+        if sum(v.cost for v in taken) <= self.gpus * self.per_gpu + EPS:
+            return True
+        self.refused = taken
+        return False
+
+    def hold(self, action: str) -> Hold:
+        names = sorted({v.name for v in self.refused})
+        who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        lost_h = sum(v.cost for v in self.refused) / 3600.0
+        detail = f"{lost_h:.2f} GPU-h for {self.gpus:g} GPU{'s' if self.gpus != 1 else ''}"
+        return Hold(action, RECLAIM_COST, who, None, self.per_gpu, detail)
 
 
 def _in_queues(queues: set[str], entry: WorkloadEntry) -> bool:

@@ -109,7 +109,7 @@ QUEUE_BUDGET = "queue eviction budget"  # the victim's queue had its evictions o
 CLUSTER_BUDGET = "cluster eviction budget"  # the cluster had its evictions of the last hour
 QUEUE_GPU_BUDGET = "queue GPU-hour budget"  # the victim's queue lost its GPU-hours of the last hour
 CLUSTER_GPU_BUDGET = "cluster GPU-hour budget"  # the cluster lost its GPU-hours of the last hour
-RECLAIM_COST = "reclaim cost"  # the victims would lose more GPU-time than the GPUs reclaimed are worth
+RECLAIM_COST = "reclaim cost"  # the victims would lose more GPU time than the GPUs reclaimed are worth
 _BUDGETS = (QUEUE_BUDGET, CLUSTER_BUDGET, QUEUE_GPU_BUDGET, CLUSTER_GPU_BUDGET)
 
 
@@ -177,9 +177,9 @@ class Hold:
             return self._budget_text(who, end, many)
         if self.guard == RECLAIM_COST:
             return (
-                f"{self.action}: evicting {who} would lose {self.detail}, more than "
-                f"max_loss_per_gpu allows ({self.limit:g} s of GPU time per GPU reclaimed); "
-                "waits until it costs less or the queue gets room"
+                f"{self.action}: evicting {who} would lose {self.detail}, more than max_loss_per_gpu "
+                f"allows above the queue's deserved quota ({self.limit:g} s of GPU time per GPU); "
+                "no known end: waits for room, or for the victims to checkpoint"
             )
         if self.guard == DISRUPTION_BUDGET:
             why = f": {self.detail.rstrip('.')}" if self.detail else ""

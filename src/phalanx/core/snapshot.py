@@ -916,6 +916,15 @@ class Snapshot:
         return v
 
     def _request_vector(self, req: TaskRequest) -> Vector:
+        gpu = self.gpu_milli_asked(req)
+        w = 1.0
+        if self.queues is not None and req.gpu_models:
+            w = min(self.queues.gpu_weight(m) for m in req.gpu_models)
+        return np.array([gpu * w, req.cpu_milli, req.memory_mib], dtype=np.float64)
+
+    def gpu_milli_asked(self, req: TaskRequest) -> float:
+        """The GPU a task asks, in milli-GPU of no model in particular (memory by the median GPU's,
+        MIG by compute share): the queue's count before any GPU-model weight."""
         g = req.gpu
         gpu: float
         if g.kind is GpuKind.MEMORY:
@@ -928,10 +937,7 @@ class Snapshot:
             gpu = prof.compute * 1000 / 7 if prof is not None else 0.0
         else:
             gpu = g.total_milli
-        w = 1.0
-        if self.queues is not None and req.gpu_models:
-            w = min(self.queues.gpu_weight(m) for m in req.gpu_models)
-        return np.array([gpu * w, req.cpu_milli, req.memory_mib], dtype=np.float64)
+        return gpu
 
     def capacity_vector(self) -> Vector:
         """All the cluster's (weighted milli-GPU, milli-CPU, MiB); nodes never change in a snapshot."""

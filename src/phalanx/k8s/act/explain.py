@@ -25,6 +25,7 @@ import numpy as np
 from phalanx.core.decisions import (
     DISRUPTION_BUDGET,
     NOT_PREEMPTIBLE,
+    RECLAIM_COST,
     Bind,
     CycleResult,
     Hold,
@@ -363,7 +364,7 @@ class Explainer:
             group = world.groups.get(name)
             if group is None or not holds:
                 continue
-            refused = any(h.guard == DISRUPTION_BUDGET for h in holds)
+            refused = any(h.guard in (DISRUPTION_BUDGET, RECLAIM_COST) for h in holds)
             text = "preempting: " + "; ".join(holds_text(holds, wall))
             for pod in group.pods:
                 if not pod.node and pod.key in pod_objects:
