@@ -16,7 +16,7 @@ import yaml
 
 from e2e_kube import Kube, running, wait_for
 from kube_objects import node, pod, queue
-from test_e2e_lifecycle import _classed, _classes
+from test_e2e_lifecycle import _classed, _classes, typed_events
 
 pytestmark = pytest.mark.e2e
 
@@ -125,3 +125,47 @@ def test_a_new_leader_counts_the_evictions_of_the_one_gone_a_second_after_them(
         assert all(r[3] > 0 for r in heir.repeats.recent), heir.repeats.recent
         bound = sorted(n for n in ("a-0", "a-1", "a-2", "a-3") if kube.node_of(n))
         assert len(bound) == 2, bound
+
+
+COST_RULE = BUDGET_2 | {
+    "name": "cost-rule",
+    "actions": [
+        {"name": "allocate"},
+        {"name": "reclaim", "args": {"owed": "fair", "max_loss_per_gpu": 3600}},
+    ],
+}
+
+
+def test_a_reclaim_that_would_lose_more_than_it_gives_is_a_warning_naming_the_loss(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """qa holds its deserved GPU and asks one more (fair-share surplus, qc idle); qb's pods have run
+    two hours without a checkpoint: reclaiming one would lose 2 GPU-h for 1 GPU, so nothing is
+    evicted and the waiting pod gets a FailedScheduling warning that says so."""
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(yaml.safe_dump(COST_RULE))
+    kube.ensure_namespace("phalanx-system")
+    kube.api.create("nodes", node("n0", gpus=6))
+    for name, gpus in (("qa", 1), ("qb", 1), ("qc", 4)):
+        kube.create(queue(name, gpus))
+    kube.create(pod("a-run", gpus=1, annotations={"phalanx.io/queue": "qa"}))
+    for k in range(5):
+        kube.create(pod(f"b-{k}", gpus=1, annotations={"phalanx.io/queue": "qb"}))
+    with running(kube, profile=str(prof)):
+        everyone = ["a-run", *(f"b-{k}" for k in range(5))]
+        wait_for("the pods bound", lambda: all(kube.node_of(n) for n in everyone), timeout=20)
+        for n in everyone:
+            kube.run_pod(n, started_s_ago=7200)
+        kube.create(pod("a-ask", gpus=1, annotations={"phalanx.io/queue": "qa"}))
+
+        def warned() -> list[str] | None:
+            said = [
+                m for t, r, m in typed_events(kube, "a-ask") if r == "FailedScheduling" and t == "Warning"
+            ]
+            return [m for m in said if "would lose" in m] or None
+
+        said = wait_for("the cost warning", warned, timeout=20)
+        assert "evicting default/b-0 would lose 2.00 GPU-h for 1 GPU" in said[0], said
+        assert "max_loss_per_gpu" in said[0], said
+        time.sleep(2.0)  # ten cycles' time at 0.2 s: still nothing evicted
+        assert _terminating(kube) == [] and not kube.node_of("a-ask")
