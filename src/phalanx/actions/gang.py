@@ -189,6 +189,7 @@ def _place_gang(
         domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
     last_dom = WHOLE_CLUSTER
+    room = None if entry.workload.subgroups else first_room(session, tasks)
     for dom in domains:
         stmt = session.statement() if outer is None else outer
         start = stmt.checkpoint()
@@ -196,7 +197,9 @@ def _place_gang(
         failed: Task | None = None
         if entry.workload.subgroups:
             failed, placed = subgroups.place(session, entry, tasks, stmt, dom.mask)
-        for t in tasks if not entry.workload.subgroups else ():
+        elif room is not None and not (room if dom.mask is None else room & dom.mask).any():
+            failed = tasks[0]  # no node of the domain may take the first task: its place() finds none
+        for t in tasks if failed is None and not entry.workload.subgroups else ():
             if session.place(t, stmt, dom.mask) is None:
                 failed = t
                 break
@@ -232,6 +235,24 @@ def _place_gang(
             False, "", last.reasons, last.scope, free(session, tasks, mask, where), last.detail
         )
     return said(entry, tasks, last)
+
+
+def first_room(session: Session, tasks: list[Task]) -> np.ndarray | None:
+    """The nodes that may take the gang's first task: capacity for its request, less the nodes a
+    filter refuses it outright (`NodeBound`); None when every node may.
+
+    A superset of where `session.place` could put it (capacity is an upper bound), so a domain
+    without any of these nodes fails at the first task, placing nothing, as a try there would:
+    a backlog in a full cluster whose free GPUs sit on reserved nodes fails this way every cycle.
+    """
+    t = tasks[0]
+    cap, total = capacity_of(session.snapshot, session.effective(t.request), session.memo)
+    ok = cap > 0
+    for f in node_bounds(session.profile.filters):
+        out = f.excluded(session, t)
+        if out is not None:
+            ok = ok & ~out
+    return None if total and ok.all() else ok
 
 
 def _why(entry: WorkloadEntry, tasks: list[Task], dom: Domain, failed: Task, placed: int) -> tuple[str, str]:
