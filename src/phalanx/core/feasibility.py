@@ -223,6 +223,29 @@ def _nics_may_fit(c: ClusterState, cand: Candidates, req: TaskRequest) -> BoolAr
     return np.asarray(keep, dtype=np.bool_)
 
 
+EXPLAIN_MEMO = "explain"
+
+
+def explain_kept(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> list[Reason]:
+    """`explain(s, req)` over every node, kept in `memo` while no node changed (the cluster's mark).
+
+    A backlog in a full cluster asks why after every failed gang, many of them alike; what
+    `explain` reads is the cluster and the request's fields below (its dataset is not among them).
+    A new list each time: callers add the filters' reasons to it.
+    """
+    if req.claims:
+        return explain(s, req)
+    key = (EXPLAIN_MEMO, req.fit_key)
+    c = s.cluster
+    mark = c.mark()
+    hit = memo.get(key)
+    if isinstance(hit, tuple) and hit[0] is c and hit[1] == mark:
+        return list(hit[2])
+    out = explain(s, req)
+    memo[key] = (c, mark, tuple(out))
+    return out
+
+
 def explain(s: Snapshot, req: TaskRequest, restrict: BoolArray | None = None) -> list[Reason]:
     """Count nodes under the first check they fail, in a fixed order."""
     c = s.cluster

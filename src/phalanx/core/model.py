@@ -330,9 +330,13 @@ class TaskRequest:
     dataset_distributed: bool = False
     # `shape_key`, worked out once (the hot paths ask for it millions of times in a long replay)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False, hash=False, default=())
+    _fit: tuple[object, ...] = field(init=False, repr=False, compare=False, hash=False, default=())
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_shape", self._make_shape())
+        shape = self._make_shape()
+        object.__setattr__(self, "_shape", shape)
+        # the shape without the dataset (fields 8 and 13) and the claims (10, 11)
+        object.__setattr__(self, "_fit", (*shape[:8], shape[9], shape[12]))
         if self.cpu_milli < 0:
             raise SpecError("cpu_milli", f"CPU request must be >= 0, got {self.cpu_milli}")
         if self.memory_mib < 0:
@@ -350,6 +354,12 @@ class TaskRequest:
     def shape_key(self) -> tuple[object, ...]:
         """Identity of the request for caching and task-type statistics."""
         return self._shape
+
+    @property
+    def fit_key(self) -> tuple[object, ...]:
+        """What the node checks of `feasibility.explain` read of a request without claims: its
+        shape less the dataset, which only the profile's filters and scorers look at."""
+        return self._fit
 
     def _make_shape(self) -> tuple[object, ...]:
         return (

@@ -20,7 +20,7 @@ from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason, Rep
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.core.feasibility import capacity_of, explain, find_candidates
+from phalanx.core.feasibility import capacity_of, explain, explain_kept, find_candidates
 from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
@@ -213,9 +213,22 @@ class Session:
         return self._fair
 
     def request_of(self, tasks: list[Task]) -> Vector:
-        """What these tasks ask of their queue, as this profile accounts them."""
+        """What these tasks ask of their queue, as this profile accounts them.
+
+        Kept for the cycle by the list's contents (read-only): admission asks it of one gang after
+        every victim an eviction try takes, and the sum is the same numbers added the same way.
+        """
+        key = ("request-of", id(tasks))
+        now = tuple(tasks)
+        hit = self.memo.get(key)
+        if isinstance(hit, tuple) and hit[0] == now:  # the same tasks (compared by identity first)
+            kept: Vector = hit[1]
+            return kept
         s = self.snapshot
-        return sum((s.request_vector(self.effective(t.request)) for t in tasks), np.zeros(3))
+        out = sum((s.request_vector(self.effective(t.request)) for t in tasks), np.zeros(3))
+        out.flags.writeable = False
+        self.memo[key] = (now, out)
+        return out
 
     def admit(self, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
         for check in self.profile.admission:
@@ -413,7 +426,10 @@ class Session:
 
     def why_not(self, task: Task, restrict: BoolArray | None = None) -> list[Reason]:
         ctx_req = self.effective(task.request)
-        reasons = explain(self.snapshot, ctx_req, restrict)
+        if restrict is None:
+            reasons = explain_kept(self.snapshot, ctx_req, self.memo)
+        else:
+            reasons = explain(self.snapshot, ctx_req, restrict)
         n = len(self.snapshot.cluster)
         if reasons and sum(r.nodes for r in reasons) >= n:
             return reasons  # every node failed a check: no filter had a node left to refuse
