@@ -45,10 +45,12 @@ class Consolidate:
         self._shut: np.ndarray | None = None  # nodes refused to every movable task; with `_room`
 
     def movable(self, session: Session, a: Allocation, gang: str) -> bool:
+        if session.clock - a.since < self.min_runtime:  # first: the cheapest, and often so
+            return False
         entry = session.snapshot.workloads[a.task.workload]
         w = entry.workload
         name = w.name
-        if name == gang or not w.preemptible or session.clock - a.since < self.min_runtime:
+        if name == gang or not w.preemptible:
             return False
         if name in session.streamed:  # handed out earlier in the cycle: its binds are final
             return False
@@ -169,13 +171,19 @@ class Consolidate:
             s = session.snapshot
             shut = np.ones(len(s.cluster), dtype=np.bool_)
             seen: dict[tuple[int, ...], list[np.ndarray | None]] = {}  # kept, so that no id is reused
+            bounds = node_bounds(session.profile.filters)
+            exact: dict[int, bool] = {}  # per request object (each held by an allocation meanwhile)
             for a in s.allocations.values():
                 if not self.movable(session, a, ""):
                     continue
-                if not exact_charge(session.effective(a.task.request)):
+                req = a.task.request
+                ok = exact.get(id(req))
+                if ok is None:
+                    ok = exact[id(req)] = exact_charge(session.effective(req))
+                if not ok:
                     shut[:] = False  # moved, it may take more or less than it frees: no skip
                     break
-                out = excluded(session, a.task)
+                out = [f.excluded(session, a.task) for f in bounds]
                 key = tuple(id(x) for x in out)  # the filters mostly hand every task one shared mask
                 if key in seen:
                     continue
