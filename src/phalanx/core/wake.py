@@ -55,6 +55,9 @@ def _current(entry: WorkloadEntry | None, token: Token) -> bool:
 
 
 def _next_change(forecasts: list[ChangeForecast], entry: WorkloadEntry, now: float) -> float:
+    if len(forecasts) == 1:  # the usual case, asked of every running workload after each advance
+        t = forecasts[0].next_change(entry, now)
+        return math.inf if t is None else t
     return min(
         (t for f in forecasts if (t := f.next_change(entry, now)) is not None),
         default=math.inf,

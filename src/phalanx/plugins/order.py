@@ -99,10 +99,13 @@ class LasOrder(CycleHooks, ChangeForecast):
     def next_change(self, entry: WorkloadEntry, now: float) -> float | None:
         """When a running workload crosses its next threshold (its rank changes by itself then)."""
         rate = entry.gpu_milli / 1000
-        above = [t for t in self.thresholds if t > entry.attained + EPS]
-        if not above or rate <= 0:
+        if rate <= 0:
             return None
-        return now + (above[0] - entry.attained) / rate
+        got = entry.attained  # read once: a property, asked of every running workload each cycle
+        for t in self.thresholds:  # in order: the first above is the next
+            if t > got + EPS:
+                return now + (t - got) / rate
+        return None
 
 
 def _place(e: WorkloadEntry) -> tuple[int, int]:
