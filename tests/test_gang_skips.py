@@ -98,6 +98,9 @@ def test_kept_reasons_follow_every_change_to_a_node() -> None:
         assert kept == explain(s, req) == explain_kept(s, alike, memo)
         kept.append(kept[0] if kept else None)  # a caller adds to it: what is kept stays
         assert explain_kept(s, req, memo) == explain(s, req)
+        for nodes in ([True, True, False], [False, True, True], [True, False, True]):  # domains apart
+            mask = np.array(nodes)
+            assert explain_kept(s, req, memo, mask) == explain(s, req, mask)
 
     check()
     sc.run()  # a takes two nodes whole, b the third

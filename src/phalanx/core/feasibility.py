@@ -226,22 +226,24 @@ def _nics_may_fit(c: ClusterState, cand: Candidates, req: TaskRequest) -> BoolAr
 EXPLAIN_MEMO = "explain"
 
 
-def explain_kept(s: Snapshot, req: TaskRequest, memo: dict[object, object]) -> list[Reason]:
-    """`explain(s, req)` over every node, kept in `memo` while no node changed (the cluster's mark).
+def explain_kept(
+    s: Snapshot, req: TaskRequest, memo: dict[object, object], restrict: BoolArray | None = None
+) -> list[Reason]:
+    """`explain(s, req, restrict)`, kept in `memo` while no node changed (the cluster's mark).
 
     A backlog in a full cluster asks why after every failed gang, many of them alike; what
-    `explain` reads is the cluster and the request's fields below (its dataset is not among them).
-    A new list each time: callers add the filters' reasons to it.
+    `explain` reads is the cluster, the nodes in `restrict` and the request's `fit_key` (its
+    dataset is not among them). A new list each time: callers add the filters' reasons to it.
     """
     if req.claims:
-        return explain(s, req)
-    key = (EXPLAIN_MEMO, req.fit_key)
+        return explain(s, req, restrict)
+    key = (EXPLAIN_MEMO, req.fit_key, None if restrict is None else restrict.tobytes())
     c = s.cluster
     mark = c.mark()
     hit = memo.get(key)
     if isinstance(hit, tuple) and hit[0] is c and hit[1] == mark:
         return list(hit[2])
-    out = explain(s, req)
+    out = explain(s, req, restrict)
     memo[key] = (c, mark, tuple(out))
     return out
 

@@ -20,7 +20,7 @@ from phalanx.core.decisions import Bind, CycleResult, Hold, Pending, Reason, Rep
 from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
-from phalanx.core.feasibility import capacity_of, explain, explain_kept, find_candidates
+from phalanx.core.feasibility import capacity_of, explain_kept, find_candidates
 from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
@@ -426,10 +426,7 @@ class Session:
 
     def why_not(self, task: Task, restrict: BoolArray | None = None) -> list[Reason]:
         ctx_req = self.effective(task.request)
-        if restrict is None:
-            reasons = explain_kept(self.snapshot, ctx_req, self.memo)
-        else:
-            reasons = explain(self.snapshot, ctx_req, restrict)
+        reasons = explain_kept(self.snapshot, ctx_req, self.memo, restrict)
         n = len(self.snapshot.cluster)
         if reasons and sum(r.nodes for r in reasons) >= n:
             return reasons  # every node failed a check: no filter had a node left to refuse
