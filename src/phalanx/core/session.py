@@ -6,7 +6,6 @@ open a statement, record a pending reason) so that actions stay short recipes.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from phalanx.core.devices import default_assignment
 from phalanx.core.dra import ClaimAllocation
 from phalanx.core.extension import FloatArray, PlacementContext
 from phalanx.core.feasibility import capacity_of, explain_kept, find_candidates
+from phalanx.core.kept_order import first_in_order
 from phalanx.core.model import MIG_BACKEND, GpuKind, GpuRequest, Task, TaskRequest
 from phalanx.core.profile import Profile
 from phalanx.core.queues import Vector
@@ -82,10 +82,9 @@ class Session:
         self._variants: dict[int, tuple[TaskRequest, list[tuple[str, TaskRequest]]]] = {}
 
     # ----------------------------------------------------------------- ordering
-    def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
-        """Profile order, then age, then name; memoised in the entry when every order plugin is
-        static, and for the cycle when each is static or says its key holds for a cycle
-        (`cycle_static`: attained service and run time move only between cycles)."""
+    def order_mode(self) -> str:
+        """What an order key depends on: "entry" (the workload alone), "attained" (and its attained
+        service), "cycle" (held for a cycle) or "none"."""
         if self._order_memo is None:
             order = self.profile.order
             static = all(o.static for o in order)
@@ -93,6 +92,15 @@ class Session:
             cycle = all(o.static or o.cycle_static for o in order)
             how = "entry" if static else "attained" if by_attained else "cycle" if cycle else "none"
             self._order_memo = (how, {})
+        return self._order_memo[0]
+
+    def order_key(self, e: WorkloadEntry) -> tuple[object, ...]:
+        """Profile order, then age, then name; memoised in the entry when every order plugin is
+        static, and for the cycle when each is static or says its key holds for a cycle
+        (`cycle_static`: attained service and run time move only between cycles)."""
+        if self._order_memo is None:
+            self.order_mode()
+        assert self._order_memo is not None
         how, keys = self._order_memo
         cached: object = None
         if how == "entry":
@@ -177,7 +185,7 @@ class Session:
             elif natural:
                 picked = [group[name] for *_, name in s.group_order[key][: k + 1]]
             else:
-                picked = heapq.nsmallest(k + 1, group.values(), key=self.order_key)
+                picked = first_in_order(self, key, group, k + 1)
             seen = {e.name for e in picked}
             out.extend(picked)
             if specials < len(group):

@@ -293,6 +293,8 @@ class Snapshot:
         self.group_order: dict[tuple[object, ...], list[tuple[int, float, str]]] = {}
         self.partial: set[str] = set()
         self.fresh: set[str] = set()
+        # each group's order by a profile's key, kept across cycles (`core.kept_order`)
+        self.kept_orders: dict[tuple[object, ...], object] = {}
         self.pending_per_queue: dict[str, int] = {}  # how many workloads wait in each queue
         self.queue_gpu_milli: dict[str, int] = {}
         # queue accounting: (weighted milli-GPU, milli-CPU, MiB) used and still requested, per leaf queue
