@@ -11,6 +11,8 @@ unbinds and a node going down.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,48 @@ def test_skipped_tries_say_and_leave_what_the_tries_would(monkeypatch: pytest.Mo
                 assert state(sc) == before
             assert outcomes[0] == outcomes[1], f"seed {seed}, g{k}"
     assert fired >= 50  # the skip was met, not only the full tries
+
+
+def test_a_preferred_domain_leaves_its_reasons_to_the_whole_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A domain followed by the whole cluster (`then_cluster`) does not say why its try failed:
+    the whole cluster's failed try says it, as it did when both were worked out."""
+    planner = PROFILE.gang_planner
+    assert planner is not None
+    real = planner.domains
+    told = {True: 0, False: 0}
+    for seed in range(80):
+        rng = np.random.default_rng(seed)
+        sc = Scenario(cluster(rng), profile=PROFILE, seed=seed)
+        for k in range(int(rng.integers(6, 14))):
+            size, gpus = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
+            sc.add(make_workload(f"m{k:02d}").podset("p", size, gpu=gpus).created(k).build())
+        sc.run()
+        for k in range(4):
+            size, gpus = int(rng.choice([2, 3, 5])), int(rng.choice([1, 2, 4]))
+            w = make_workload(f"g{k}").podset("p", size, gpu=gpus).created(100 + k)
+            if k == 3:  # in one rack or not at all: no whole cluster follows, its own reasons are told
+                w = w.topology("rack", required=True)
+            sc.add(w.build())
+        reserved = rng.random(8) < 0.4  # room the planner counts that the filter refuses: tries fail
+        for k in range(4):
+            outcomes = []
+            for keep in (True, False):
+                monkeypatch.setattr(
+                    planner,
+                    "domains",
+                    real if keep else lambda *a: (replace(d, then_cluster=False) for d in real(*a)),
+                )
+                session = Session(sc.snapshot, PROFILE, sc.clock + 1, np.random.default_rng(0))
+                session.reservation = Reservation("big", reserved, 1e9)
+                entry = sc.snapshot.workloads[f"g{k}"]
+                tasks, _ = gang_tasks(entry)
+                stmt = session.statement()
+                outcomes.append(_place_gang(session, entry, tasks, outer=stmt))
+                stmt.discard()
+            assert outcomes[0] == outcomes[1], f"seed {seed}, g{k}"
+            failed = not outcomes[0].placed and "best try" in outcomes[0].detail
+            told[k == 3 and failed] += 1
+    assert told[True] >= 5 and told[False] >= 50  # failed tries in a required rack were compared too
 
 
 def test_kept_reasons_follow_every_change_to_a_node() -> None:

@@ -208,7 +208,8 @@ def _place_gang(
             if outer is None:
                 stmt.commit()
             return GangOutcome(True)
-        if last is None or dom.mask is None:
+        # the first domain's reasons, unless the whole cluster's follow (and replace them)
+        if dom.mask is None or (last is None and not dom.then_cluster):
             reasons = tuple(session.why_not(failed, dom.mask)) if explain else ()
             scope, detail = _why(entry, tasks, dom, failed, placed)
             last = GangOutcome(False, "", reasons, scope, detail=detail)

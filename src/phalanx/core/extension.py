@@ -172,12 +172,18 @@ class GangPlanner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Domain:
-    """A set of nodes to place a gang in; `mask` None means the whole cluster."""
+    """A set of nodes to place a gang in; `mask` None means the whole cluster.
+
+    `then_cluster`: the planner tries the whole cluster after this domain (the gang's topology
+    is preferred, not required), so a failed try here need not say why: the whole cluster's
+    failed try is the one its Pending reason tells.
+    """
 
     level: str
     label: str
     mask: BoolArray | None
     required: bool = False
+    then_cluster: bool = False
 
 
 class AdmissionCheck(Protocol):

@@ -259,4 +259,5 @@ class DataTopologyPlanner(TopologyPlanner):
             for d in cand[np.lexsort((cand, slack[cand], -share))][: self.max_domains]:
                 mask = dom == d
                 node = s.nodes[int(np.argmax(mask))]
-                yield Domain(level, node.topology.get(level, node.name), mask)
+                # the topology planner's domains follow, ending with the whole cluster (no constraint)
+                yield Domain(level, node.topology.get(level, node.name), mask, then_cluster=True)

@@ -82,7 +82,7 @@ class TopologyPlanner:
                 first = int(np.argmax(mask))
                 node = s.nodes[first]
                 label = node.name if level == "node" else node.topology.get(level, node.name)
-                yield Domain(level, label, mask, required=required)
+                yield Domain(level, label, mask, required=required, then_cluster=not required)
         if not required:
             yield Domain("cluster", "", None)
 
