@@ -177,9 +177,14 @@ class Consolidate:
                 if not self.movable(session, a, ""):
                     continue
                 req = a.task.request
-                ok = exact.get(id(req))
-                if ok is None:
-                    ok = exact[id(req)] = exact_charge(session.effective(req))
+                kind = req.gpu.kind
+                if kind is GpuKind.WHOLE or kind is GpuKind.NONE:  # `effective` leaves these as they are
+                    ok = exact_charge(req)
+                else:
+                    had = exact.get(id(req))
+                    if had is None:
+                        had = exact[id(req)] = exact_charge(session.effective(req))
+                    ok = had
                 if not ok:
                     shut[:] = False  # moved, it may take more or less than it frees: no skip
                     break
