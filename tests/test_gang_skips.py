@@ -19,6 +19,7 @@ import pytest
 from builders import Scenario, make_node, make_workload
 from phalanx.actions import gang as gang_mod
 from phalanx.actions.gang import _place_gang, gang_tasks
+from phalanx.core.decisions import Pending
 from phalanx.core.feasibility import explain, explain_kept
 from phalanx.core.session import Reservation, Session
 from phalanx.profiles import compile_profile
@@ -75,6 +76,7 @@ def test_skipped_tries_say_and_leave_what_the_tries_would(monkeypatch: pytest.Mo
                 session = Session(sc.snapshot, PROFILE, sc.clock + 1, np.random.default_rng(0))
                 session.reservation = Reservation("big", reserved, 1e9)
                 entry = sc.snapshot.workloads[f"g{k}"]
+                entry.last_pending = Pending(entry.name, "waited a cycle before")  # the skip's case
                 tasks, _ = gang_tasks(entry)
                 before = state(sc)
                 stmt = session.statement()

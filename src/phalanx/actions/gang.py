@@ -189,7 +189,9 @@ def _place_gang(
         domains = planner.domains(session, entry, tasks) if planner is not None else iter((WHOLE_CLUSTER,))
     last: GangOutcome | None = None
     last_dom = WHOLE_CLUSTER
-    room = None if entry.workload.subgroups else first_room(session, tasks)
+    # only for a workload that waited before (a backlog's, tried every cycle): worked out for a
+    # first try, its capacity pass over every node costs more than the tries it would skip
+    room = None if entry.workload.subgroups or entry.last_pending is None else first_room(session, tasks)
     for dom in domains:
         stmt = session.statement() if outer is None else outer
         start = stmt.checkpoint()
