@@ -223,11 +223,12 @@ class Session:
     def request_of(self, tasks: list[Task]) -> Vector:
         """What these tasks ask of their queue, as this profile accounts them.
 
-        Kept for the cycle by the list's contents (read-only): admission asks it of one gang after
-        every victim an eviction try takes, and the sum is the same numbers added the same way.
+        Kept for the cycle by the tasks it sums (read-only): admission asks it of one gang after
+        every victim an eviction try takes, and of a waiting gang at each try (each time a new
+        list of the same tasks); the sum is the same numbers added the same way.
         """
-        key = ("request-of", id(tasks))
         now = tuple(tasks)
+        key = ("request-of", *map(id, now))
         hit = self.memo.get(key)
         if isinstance(hit, tuple) and hit[0] == now:  # the same tasks (compared by identity first)
             kept: Vector = hit[1]
