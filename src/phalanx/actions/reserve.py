@@ -97,13 +97,22 @@ class Reserve:
         c = s.cluster
         now = session.clock
         ends = np.full(c.gpu_kind.shape, -math.inf)
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        workloads = s.workloads
         for a in s.allocations.values():
-            if a.devices.mig is not None or not a.devices.gpus:
+            d = a.devices
+            if d.mig is not None or not d.gpus:
                 continue
-            est = s.workloads[a.task.workload].workload.estimated_runtime
+            est = workloads[a.task.workload].workload.estimated_runtime
             end = a.since + est if est is not None else math.inf
-            for j in a.devices.gpus:
-                ends[a.node, j] = max(ends[a.node, j], end)
+            for j in d.gpus:  # gathered, then one unbuffered max per GPU: no numpy scalar per GPU
+                rows.append(a.node)
+                cols.append(j)
+                vals.append(end)
+        if rows:
+            np.maximum.at(ends, (np.array(rows), np.array(cols)), np.array(vals, dtype=np.float64))
         free = (c.gpu_kind == KIND_SHARED) & (c.gpu_milli_free == MILLI) & (c.gpu_mem_free == c.gpu_mem_cap)
         held = (c.gpu_kind == KIND_SHARED) & ~free & (ends > -math.inf)
         out = np.full(c.gpu_kind.shape, math.inf)
