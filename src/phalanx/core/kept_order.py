@@ -54,10 +54,12 @@ def first_in_order(
             store[key] = kept
     members, order = kept.members, kept.order
     by_attained = how == "attained"
+    # a member not running has attained what its base says (read as a field, not the property)
     stale = [
         name
         for name, had in members.items()
-        if (e := group.get(name)) is not had[0] or (by_attained and had[1] != e.attained)
+        if (e := group.get(name)) is not had[0]
+        or (by_attained and (e.run_since is not None or had[1] != e.attained_base))
     ]
     for name in stale:
         del order[bisect.bisect_left(order, (members.pop(name)[2], name))]

@@ -295,6 +295,8 @@ class Snapshot:
         self.fresh: set[str] = set()
         # each group's order by a profile's key, kept across cycles (`core.kept_order`)
         self.kept_orders: dict[tuple[object, ...], object] = {}
+        # the last fair shares worked out, with the tree and inputs they came from (`fair_shares`)
+        self._fair_kept: tuple[QueueTree, tuple[object, ...], dict[str, Vector]] | None = None
         self.pending_per_queue: dict[str, int] = {}  # how many workloads wait in each queue
         self.queue_gpu_milli: dict[str, int] = {}
         # queue accounting: (weighted milli-GPU, milli-CPU, MiB) used and still requested, per leaf queue
@@ -968,8 +970,23 @@ class Snapshot:
 
     def fair_shares(self, tree: QueueTree) -> dict[str, Vector]:
         """Every queue's fair share of the whole cluster now: what the cycle enforces (`Session`) and
-        what the operator is shown (board, status, PodGroup and Queue status) alike."""
-        return queue_fair_shares(tree, self.capacity_vector(), self.leaf_demand(tree))
+        what the operator is shown (board, status, PodGroup and Queue status) alike.
+
+        Kept while the tree, the capacity and every leaf's demand stay bit for bit (a cycle where
+        nothing arrived, started or ended): the water-filling is then worked out for nothing.
+        The shares are read-only.
+        """
+        cap = self.capacity_vector()
+        demand = self.leaf_demand(tree)
+        key = (cap.tobytes(), tuple((q, v.tobytes()) for q, v in demand.items()))
+        kept = self._fair_kept
+        if kept is not None and kept[0] is tree and kept[1] == key:
+            return dict(kept[2])
+        out = queue_fair_shares(tree, cap, demand)
+        for v in out.values():
+            v.flags.writeable = False
+        self._fair_kept = (tree, key, out)
+        return dict(out)
 
     def advance(self, now: float, half_life: float = 0.0) -> None:
         """Account the time since the last call (driver-side, between cycles).
