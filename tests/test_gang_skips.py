@@ -44,6 +44,17 @@ def cluster(rng: np.random.Generator) -> list:
     ]
 
 
+def busy(seed: int) -> tuple[np.random.Generator, Scenario]:
+    """Eight nodes in three racks, partly taken by a random mix of running gangs."""
+    rng = np.random.default_rng(seed)
+    sc = Scenario(cluster(rng), profile=PROFILE, seed=seed)
+    for k in range(int(rng.integers(6, 14))):
+        size, gpus = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
+        sc.add(make_workload(f"m{k:02d}").podset("p", size, gpu=gpus).created(k).build())
+    sc.run()
+    return rng, sc
+
+
 def state(sc: Scenario) -> list[tuple[str, int, tuple[int, ...]]]:
     return sorted((a.task.name, a.node, a.devices.gpus) for a in sc.snapshot.allocations.values())
 
@@ -59,12 +70,7 @@ def test_skipped_tries_say_and_leave_what_the_tries_would(monkeypatch: pytest.Mo
         return room
 
     for seed in range(60):
-        rng = np.random.default_rng(seed)
-        sc = Scenario(cluster(rng), profile=PROFILE, seed=seed)
-        for k in range(int(rng.integers(6, 14))):
-            size, gpus = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
-            sc.add(make_workload(f"m{k:02d}").podset("p", size, gpu=gpus).created(k).build())
-        sc.run()
+        rng, sc = busy(seed)
         for k in range(5):
             size, gpus = int(rng.choice([1, 2, 3, 6])), int(rng.choice([1, 2, 4]))
             sc.add(make_workload(f"g{k}").podset("p", size, gpu=gpus).created(100 + k).build())
@@ -95,12 +101,7 @@ def test_a_preferred_domain_leaves_its_reasons_to_the_whole_cluster(monkeypatch:
     real = planner.domains
     told = {True: 0, False: 0}
     for seed in range(80):
-        rng = np.random.default_rng(seed)
-        sc = Scenario(cluster(rng), profile=PROFILE, seed=seed)
-        for k in range(int(rng.integers(6, 14))):
-            size, gpus = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
-            sc.add(make_workload(f"m{k:02d}").podset("p", size, gpu=gpus).created(k).build())
-        sc.run()
+        rng, sc = busy(seed)
         for k in range(4):
             size, gpus = int(rng.choice([2, 3, 5])), int(rng.choice([1, 2, 4]))
             w = make_workload(f"g{k}").podset("p", size, gpu=gpus).created(100 + k)
