@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from phalanx.actions.evict import lost_work
-from phalanx.actions.gang import gang_tasks
+from phalanx.actions.gang import gang_tasks, refused
 from phalanx.core.cluster import DeviceAssignment
 from phalanx.core.feasibility import may_host
 from phalanx.core.model import MIG_BACKEND, MILLI, GpuKind, Task, TaskRequest
@@ -157,7 +157,8 @@ class Consolidate:
         for t in unlike(gang):
             if not shut.any():
                 return True
-            shut = shut & self.refused(session, t)
+            out = refused(session, t)
+            shut = shut & out if out is not None else np.zeros_like(shut)
         if not shut.any():
             return True
         # every node that is not shut, not only the gang's: a task moved off one of the gang's
@@ -198,11 +199,6 @@ class Consolidate:
                     break
             self._shut = shut
         return self._shut
-
-    @staticmethod
-    def refused(session: Session, task: Task) -> np.ndarray:
-        """Nodes some filter of the profile refuses `task` outright, whatever they have free."""
-        return union(len(session.snapshot.cluster), excluded(session, task))
 
     def room(self, session: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node: movable tasks, GPU milli they hold per device, and the CPU and memory they would free."""
@@ -326,11 +322,6 @@ class Consolidate:
         # keyed by task: a mover on several GPUs may be in more than one plan
         first = {a.task.name: a for _, _, chosen in plans[:need] for a in chosen}
         return [*first.values(), *(a for a in rest if a.task.name not in first)]
-
-
-def excluded(session: Session, task: Task) -> list[np.ndarray | None]:
-    """Each `NodeBound` filter's nodes refused to `task` (None: none)."""
-    return [f.excluded(session, task) for f in node_bounds(session.profile.filters)]
 
 
 def union(n: int, masks: list[np.ndarray | None]) -> np.ndarray:

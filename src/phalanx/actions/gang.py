@@ -87,17 +87,25 @@ def upper_bound(session: Session, tasks: list[Task], filtered: bool = False) -> 
     `filtered`: leave out the nodes a filter of the profile refuses the task outright
     (`NodeBound`), e.g. those reserved for a large gang; a tighter bound, still never too low.
     """
-    bounds = node_bounds(session.profile.filters) if filtered else []
     total = 0
     for req, task, n in _shapes_of(session, tasks):
         cap, room = capacity_of(session.snapshot, req, session.memo)
-        for f in bounds:
-            out = f.excluded(session, task)
-            if out is not None:
-                cap = np.where(out, 0, cap)
-                room = int(cap.sum())
+        out = refused(session, task) if filtered else None
+        if out is not None:
+            room = int(np.where(out, 0, cap).sum())
         total += min(n, room)
     return total
+
+
+def refused(session: Session, task: Task) -> np.ndarray | None:
+    """The nodes some filter of the profile refuses `task` outright (`NodeBound`), whatever they
+    have free; None when no filter refuses any."""
+    out: np.ndarray | None = None
+    for f in node_bounds(session.profile.filters):
+        m = f.excluded(session, task)
+        if m is not None:
+            out = m if out is None else out | m
+    return out
 
 
 def _shapes_of(session: Session, tasks: list[Task]) -> list[tuple[TaskRequest, Task, int]]:
@@ -251,10 +259,9 @@ def first_room(session: Session, tasks: list[Task]) -> np.ndarray | None:
     t = tasks[0]
     cap, total = capacity_of(session.snapshot, session.effective(t.request), session.memo)
     ok = cap > 0
-    for f in node_bounds(session.profile.filters):
-        out = f.excluded(session, t)
-        if out is not None:
-            ok = ok & ~out
+    out = refused(session, t)
+    if out is not None:
+        ok &= ~out
     return None if total and ok.all() else ok
 
 
