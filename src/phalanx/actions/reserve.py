@@ -13,6 +13,7 @@ all queues: a rich queue's old gang then does not hold back the nodes a poor que
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -21,6 +22,29 @@ from phalanx.actions.gang import gang_tasks
 from phalanx.core.cluster import KIND_SHARED
 from phalanx.core.model import MILLI
 from phalanx.core.session import Reservation, Session
+from phalanx.core.snapshot import Snapshot, WorkloadEntry
+
+
+def oldest(s: Snapshot, key: tuple[object, ...]) -> list[WorkloadEntry]:
+    """The oldest unbound workload of each priority in a pending group (by creation, then name).
+
+    The group's order is by priority, then creation, then name, so each priority's first
+    unbound workload is its oldest: the group's oldest is among these few, and a cycle does not
+    look at every workload of a long backlog.
+    """
+    group = s.pending_groups[key]
+    order = s.group_order[key]
+    out: list[WorkloadEntry] = []
+    i = 0
+    while i < len(order):
+        negp, _, name = order[i]
+        e = group[name]
+        if e.bound:
+            i += 1
+            continue
+        out.append(e)  # this priority's oldest unbound one: on to the next priority
+        i = bisect.bisect_right(order, (negp, math.inf), i)
+    return out
 
 
 class Reserve:
@@ -49,7 +73,7 @@ class Reserve:
                 if len(large) > 65536:  # bounded: the shapes of workloads long gone go
                     large.clear()
             if big:
-                heads += [e for e in group.values() if not e.bound]
+                heads += [e for e in group.values() if not e.bound] if self.by_queue else oldest(s, key)
         if not heads:
             return
         if self.by_queue:
