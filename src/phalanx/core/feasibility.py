@@ -164,7 +164,10 @@ def find_candidates(
         # the aggregate checks of `_prefilter` are then exactly "room for one more" in
         # `node_capacity` (ready, labels and taints, CPU, memory, whole GPUs free), kept up to
         # date from the cluster's change log: one comparison instead of a dozen array operations
-        m = capacity_of(s, req, s.capacity_memo, private=True)[0][sel] >= 1
+        if within is not None and len(within) <= SCALAR_ROWS:  # a node or two: worked out directly
+            m = node_capacity(s, req, within) >= 1
+        else:
+            m = capacity_of(s, req, s.capacity_memo, private=True)[0][sel] >= 1
     else:
         m = _prefilter(s, req, sel)
     if restrict is not None:

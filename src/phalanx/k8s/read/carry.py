@@ -237,9 +237,7 @@ def _rebuild(snap: Snapshot, p: PodInfo, node: str, now: float) -> Bind | None:
     if not p.node:
         return None  # a plan that no longer holds is dropped, never re-chosen behind the core's back
     i = snap.node_index(node)
-    mask = np.zeros(len(snap.cluster), dtype=np.bool_)
-    mask[i] = True
-    cand = find_candidates(snap, p.request, mask)
+    cand = find_candidates(snap, p.request, within=np.array([i], dtype=np.int64))
     if not len(cand):
         return None
     devices = default_assignment(snap.cluster, i, cand.usable(0), p.request)
