@@ -223,20 +223,26 @@ class Session:
     def request_of(self, tasks: list[Task]) -> Vector:
         """What these tasks ask of their queue, as this profile accounts them.
 
-        Kept for the cycle by the tasks it sums (read-only): admission asks it of one gang after
-        every victim an eviction try takes, and of a waiting gang at each try (each time a new
-        list of the same tasks); the sum is the same numbers added the same way.
+        Kept across cycles by the tasks it sums (read-only): admission asks it of one gang after
+        every victim an eviction try takes, and of every waiting gang at each cycle's try (each
+        time a new list of the same tasks); the sum is the same numbers added the same way.
         """
         now = tuple(tasks)
-        key = ("request-of", *map(id, now))
-        hit = self.memo.get(key)
-        if isinstance(hit, tuple) and hit[0] == now:  # the same tasks (compared by identity first)
-            kept: Vector = hit[1]
-            return kept
+        key = tuple(map(id, now))
         s = self.snapshot
+        table = s.kept_requests
+        hit = table.get(key)
+        # the same tasks (compared by identity first) and profile: a vector per request object is
+        # the snapshot's for good (`request_vector`), and `effective` reads the profile alone
+        if hit is not None and hit[1] is self.profile and hit[0] == now:
+            kept = hit[2]
+            assert isinstance(kept, np.ndarray)
+            return kept
         out = sum((s.request_vector(self.effective(t.request)) for t in tasks), np.zeros(3))
         out.flags.writeable = False
-        self.memo[key] = (now, out)
+        if len(table) > 65536:  # bounded: the gangs of workloads long gone go
+            table.clear()
+        table[key] = (now, self.profile, out)
         return out
 
     def admit(self, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:

@@ -295,6 +295,8 @@ class Snapshot:
         self.fresh: set[str] = set()
         # each group's order by a profile's key, kept across cycles (`core.kept_order`)
         self.kept_orders: dict[tuple[object, ...], object] = {}
+        # a gang's queue request by its tasks' identities, kept across cycles (`Session.request_of`)
+        self.kept_requests: dict[tuple[int, ...], tuple[object, ...]] = {}
         # the last fair shares worked out, with the tree and inputs they came from (`fair_shares`)
         self._fair_kept: tuple[QueueTree, tuple[object, ...], dict[str, Vector]] | None = None
         self.pending_per_queue: dict[str, int] = {}  # how many workloads wait in each queue

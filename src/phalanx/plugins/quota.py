@@ -28,6 +28,16 @@ def fmt(v: float, r: int) -> str:
     return f"{v / 1024:g} GiB"
 
 
+def first_over(
+    use: list[float], ask: list[float], bound: list[float], managed: list[bool] | None = None
+) -> int | None:
+    """The first resource where use + ask exceeds the bound (of those managed), or None."""
+    for r, (u, a, b) in enumerate(zip(use, ask, bound, strict=True)):
+        if u + a > b + EPS and (managed is None or managed[r]):
+            return r
+    return None
+
+
 class QuotaCheck:
     name = "quota"
 
@@ -38,12 +48,14 @@ class QuotaCheck:
             return None
         ask = session.request_of(tasks)
         q = entry.workload.queue
+        # three numbers a side: Python floats (the same double arithmetic as numpy's, without an
+        # array made per operation) for a check run before every try of every waiting gang
+        wants = ask.tolist()
         for a in tree.ancestors(q):
             use = s.usage_of(a)
             ceil = tree.ceiling(a)
-            over = np.nonzero(use + ask > ceil + EPS)[0]
-            if len(over):
-                r = int(over[0])
+            r = first_over(use.tolist(), wants, ceil.tolist())
+            if r is not None:
                 return Reason(
                     "quota",
                     f"queue {a} would exceed its {RESOURCES[r]} ceiling of {fmt(ceil[r], r)} "
@@ -51,10 +63,9 @@ class QuotaCheck:
                 )
         use_q = s.usage_of(q)
         deserved = tree.deserved[q]
-        beyond = np.nonzero((use_q + ask > deserved + EPS) & tree.managed[q])[0]
-        if not len(beyond):
+        r = first_over(use_q.tolist(), wants, deserved.tolist(), tree.managed[q].tolist())
+        if r is None:
             return None
-        r = int(beyond[0])
         if not entry.workload.preemptible:
             return Reason(
                 "quota",
@@ -68,9 +79,8 @@ class QuotaCheck:
         for name in tree.keepers:
             if name != q:
                 held_back += np.maximum(tree.reserve(name) - s.usage_of(name), 0)
-        short = np.nonzero(total + ask + held_back > cap + EPS)[0]
-        if len(short):
-            r = int(short[0])
+        r = first_over((total + ask).tolist(), held_back.tolist(), cap.tolist())
+        if r is not None:
             return Reason(
                 "quota",
                 f"queue {q} cannot borrow {RESOURCES[r]}: {fmt(held_back[r], r)} is kept "
