@@ -100,7 +100,8 @@ class Consolidate:
         """The free capacity, summed over the nodes the gang may use, would hold it."""
         s = session.snapshot
         ok = np.asarray(s.cluster.node_ready, dtype=np.bool_)
-        for r in (reqs := [session.effective(t.request) for t in gang]):
+        reqs = [session.effective(t.request) for t in gang]
+        for r in {id(r): r for r in reqs}.values():  # a gang's tasks mostly share one request
             ok = ok & s.static_mask(r)
         return self.holds(session, reqs, ok)
 
