@@ -19,6 +19,7 @@ from phalanx.core.dra import (
 )
 from phalanx.core.drafit import try_node
 from phalanx.core.errors import SpecError
+from phalanx.core.feasibility import find_candidates
 from phalanx.core.model import Node, PodSet, TaskRequest, Workload
 from phalanx.core.snapshot import Snapshot
 from phalanx.profiles import load_profile
@@ -218,3 +219,16 @@ def test_selector_results_are_cached_per_expression_and_device():
 
 
 _ = (Attr, MIG_CLASS)
+
+
+def test_candidates_within_some_nodes_are_those_of_a_mask_over_them_for_claims_too():
+    """A pod recorded again on its node asks feasibility of that node alone (`within`): a request
+    with DRA claims gets the same candidates as with a one-node mask, never another node."""
+    s = Snapshot([dgx("a"), dgx("b"), dgx("c")])
+    req = TaskRequest(cpu_milli=1000, memory_mib=1024, claims=(claim("ns/x", request("gpu")),))
+    for i in range(3):
+        mask = np.zeros(3, dtype=np.bool_)
+        mask[i] = True
+        by_mask = find_candidates(s, req, mask)
+        by_rows = find_candidates(s, req, within=np.array([i], dtype=np.int64))
+        assert by_rows.nodes.tolist() == by_mask.nodes.tolist() == [i]

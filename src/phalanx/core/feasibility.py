@@ -147,6 +147,8 @@ def find_candidates(
         m = _dra_prefilter(s, req)
         if restrict is not None:
             m &= restrict
+        if within is not None:
+            m &= np.isin(np.arange(len(m)), within)
         rows = np.nonzero(m)[0]
         ok, _ = drafit.feasible(s, req, rows)
         return Candidates(s.cluster, req, rows[ok])
