@@ -1,6 +1,8 @@
 """The reservation's head: the oldest unbound workload of the large groups, found without a walk
 over each group's whole backlog (`reserve.oldest`), is the one a walk over all of them finds."""
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -8,12 +10,14 @@ from builders import Scenario, make_node, make_workload
 from phalanx.actions.reserve import oldest
 from phalanx.profiles import compile_profile
 
+# equal creation times, and one that never was (a spec may say .inf): ordered by name among them
+CREATED = [0.0, 1.0, 2.0, 3.0, math.inf]
 ALLOCATE = compile_profile({"name": "p", "tie_break": "name", "actions": [{"name": "allocate"}]})
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), st.booleans()), min_size=1, max_size=14),
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from(CREATED), st.booleans()), min_size=1, max_size=14),
     st.integers(0, 6),
 )
 def test_oldest_per_group_finds_the_head_a_full_walk_finds(jobs, free_gpus):
@@ -22,7 +26,7 @@ def test_oldest_per_group_finds_the_head_a_full_walk_finds(jobs, free_gpus):
     sc = Scenario([make_node("n0").cpu(64).memory("512Gi").gpus(8).build()], profile=ALLOCATE)
     for k, (prio, created, shape) in enumerate(jobs):
         w = make_workload(f"w{k:02d}").podset("p", 3, gpu=1 + shape).min_available(1)
-        sc.add(w.priority(prio).created(float(created)).build())
+        sc.add(w.priority(prio).created(created).build())
     if free_gpus:
         sc.add(make_workload("filler").podset("p", 8 - free_gpus, gpu=1).priority(9).build())
     sc.cycle()

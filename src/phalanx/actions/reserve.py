@@ -43,7 +43,7 @@ def oldest(s: Snapshot, key: tuple[object, ...]) -> list[WorkloadEntry]:
             i += 1
             continue
         out.append(e)  # this priority's oldest unbound one: on to the next priority
-        i = bisect.bisect_right(order, (negp, math.inf), i)
+        i = bisect.bisect_left(order, (negp + 1,), i)  # a creation time may be inf: by priority alone
     return out
 
 
