@@ -43,6 +43,11 @@ ORDER_BY_ATTAINED = "order-by-attained"  # entry cache: (profile, attained servi
 Stream = Callable[[str, list[Bind]], None]  # a workload placed whole, and its binds, as soon as final
 
 
+# a gang's queue request kept across cycles (`request_of`): at most this many, of at most this many tasks
+KEPT_REQUESTS = 16384
+KEPT_REQUEST_TASKS = 64
+
+
 class Session:
     def __init__(
         self,
@@ -240,9 +245,10 @@ class Session:
             return kept
         out = sum((s.request_vector(self.effective(t.request)) for t in tasks), np.zeros(3))
         out.flags.writeable = False
-        if len(table) > 65536:  # bounded: the gangs of workloads long gone go
-            table.clear()
-        table[key] = (now, self.profile, out)
+        if len(now) <= KEPT_REQUEST_TASKS:  # bounded: at most this many tasks an entry
+            if len(table) >= KEPT_REQUESTS:  # and this many entries; those of workloads long gone go
+                table.clear()
+            table[key] = (now, self.profile, out)
         return out
 
     def admit(self, entry: WorkloadEntry, tasks: list[Task]) -> Reason | None:
