@@ -58,3 +58,11 @@ def test_a_cycle_leaves_no_reference_cycles_behind_for_the_frozen_collector_to_k
         gc.set_debug(0)
         gc.garbage.clear()
     assert not left, f"cyclic garbage after the cycles: {sorted(set(left))}"
+
+
+def test_the_collector_is_off_during_a_cycle_and_left_alone_when_the_heap_is_off() -> None:
+    with Heap(full_every_s=60.0).cycle():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with Heap(full_every_s=0).cycle():
+        assert gc.isenabled()

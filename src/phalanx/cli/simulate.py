@@ -286,12 +286,14 @@ def _capture_experiment(
     from phalanx.cli.whatif import experiment
     from phalanx.k8s.config import AdapterConfig
     from phalanx.k8s.trial.capture import load as load_capture
+    from phalanx.k8s.trial.collector import collector_paused
 
-    c = load_capture(capture)
-    cfg = AdapterConfig(scheduler_name=scheduler_name)
-    probe, _ = experiment(c, cfg, [], default_runtime, rt, seed)
-    default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
-    exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seed)
+    with collector_paused():  # two worlds of the captured cluster built: bounded work
+        c = load_capture(capture)
+        cfg = AdapterConfig(scheduler_name=scheduler_name)
+        probe, _ = experiment(c, cfg, [], default_runtime, rt, seed)
+        default = DEFAULT_REPLAY_PROFILES if probe.queues is None else DEFAULT_QUEUE_PROFILES
+        exp, more = experiment(c, cfg, _profiles(profiles, default), default_runtime, rt, seed)
     if not exp.jobs:
         raise SpecError("--capture", f"no workload of {scheduler_name!r} in {capture} (--scheduler-name?)")
     return exp, more

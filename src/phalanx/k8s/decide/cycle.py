@@ -23,7 +23,6 @@ from phalanx.core.decisions import CycleResult
 from phalanx.core.profile import Profile
 from phalanx.core.session import Stream
 from phalanx.k8s.decide.insight import Insight, RunTimes, insights
-from phalanx.k8s.read.bulk import collector_paused
 from phalanx.k8s.read.world import World
 
 log = logging.getLogger("phalanx.k8s")
@@ -65,7 +64,6 @@ class Decision:
         return self.insight
 
 
-@collector_paused()  # its records are kept to the cycle's end: see phalanx.k8s.read.bulk
 def decide(
     world: World,
     profile: Profile,

@@ -239,7 +239,12 @@ class Scheduler:
 
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepReport:
-        """One cycle: read, keep the attained service, decide, act, then explain and report."""
+        """One cycle: read, keep the attained service, decide, act, then explain and report; the
+        collector off meanwhile (`Heap.cycle`)."""
+        with self.heap.cycle():
+            return self._step()
+
+    def _step(self) -> StepReport:
         t0 = time.perf_counter()
         now = self.clock()
         self.last_cycle = now

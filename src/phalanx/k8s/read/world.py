@@ -22,7 +22,6 @@ from phalanx.k8s import keys
 from phalanx.k8s.client.cache import object_key
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.read import composite, native
-from phalanx.k8s.read.bulk import collector_paused
 from phalanx.k8s.read.carry import Carry, Foreign, prune, record_nodes, reset_cycle_state
 from phalanx.k8s.read.claims import Claims, DraObjects, with_dra
 from phalanx.k8s.read.contain import Contain, describe, label, mapping, mappings, outlined
@@ -131,7 +130,6 @@ class _Pods:
 Staged = list[tuple[Group, Workload | None]]  # each group, and its Workload if it may be scheduled
 
 
-@collector_paused()  # a bulk build of long-lived objects: see phalanx.k8s.read.bulk
 def build_world(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],

@@ -26,10 +26,10 @@ from phalanx.k8s.client.api import Api, ApiError
 from phalanx.k8s.client.cache import Store
 from phalanx.k8s.client.kinds import JOBS, WATCHED, Kind
 from phalanx.k8s.config import AdapterConfig
-from phalanx.k8s.read.bulk import collector_paused
 from phalanx.k8s.read.gather import Gathered, gather
 from phalanx.k8s.read.shard import ShardFilter
 from phalanx.k8s.read.unread import unread_left_out
+from phalanx.k8s.trial.collector import collector_paused
 
 API_VERSION = "phalanx.io/v1alpha1"
 KIND = "Capture"
@@ -140,7 +140,7 @@ def load(path: Path) -> Capture:
     try:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        with collector_paused():  # every object it makes is kept: see phalanx.k8s.read.bulk
+        with collector_paused():  # every object it makes is kept: see k8s.trial.collector
             d = json.loads(raw)
     except UnicodeDecodeError:  # a binary file that is not gzip: the codec's detail helps nobody
         raise SpecError(where, "not a text file; expected a capture file (JSON, or gzipped JSON)") from None

@@ -23,6 +23,7 @@ from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.decide.cycle import decide
 from phalanx.k8s.read.world import World
 from phalanx.k8s.trial.capture import Capture
+from phalanx.k8s.trial.collector import collector_paused
 
 
 @dataclass
@@ -73,6 +74,7 @@ def _waits(obj: dict[str, Any]) -> str:
     return "waits (its scheduler has said nothing yet)"
 
 
+@collector_paused()  # one world and one cycle: see phalanx.k8s.trial.collector
 def compare(cap: Capture, cfg: AdapterConfig, profile: Profile, now: float | None = None) -> Comparison:
     """One cycle on the captured cluster for the pods of `cfg.scheduler_name` (a scheduling shard's,
     `cfg.shard`: for those its cache keeps, as that shard's scheduler would decide them)."""
