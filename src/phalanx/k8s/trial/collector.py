@@ -4,8 +4,9 @@ Reading a capture and building its world makes hundreds of thousands of objects 
 command's end, and CPython's full collections walk all of them each time enough new ones pile
 up: on a captured 5,000-node cluster, eleven full walks took 1.2 s of `schedule --capture`'s
 4.6 s replay and freed nothing. The work is bounded (one world, one cycle), so the collector is
-off for it and on again after; the few reference cycles made meanwhile are collected then. The
-scheduler's loop keeps its own policy (`phalanx.k8s.loop.heap`): nothing is frozen here.
+off for it and on again after; the few reference cycles made meanwhile are collected then.
+Nothing is frozen here: the scheduler's loop pauses it for a cycle only under its own policy,
+which freezes after each cycle and collects in full now and then (`phalanx.k8s.loop.heap`).
 """
 
 from __future__ import annotations
