@@ -449,8 +449,12 @@ def restart_kubelet(node: RealNode) -> subprocess.Popen[bytes]:
     )
 
     def healthy() -> bool:
-        if p.poll() is not None:
-            raise AssertionError(f"the restarted kubelet exited {p.returncode}; see {d}/logs/kubelet.log")
+        if p.poll() is not None:  # the kit's folder goes at teardown: say the log's last lines here
+            tail = (d / "logs" / "kubelet.log").read_text(errors="replace").splitlines()[-15:]
+            raise AssertionError(
+                f"the restarted kubelet exited {p.returncode}; the end of {d}/logs/kubelet.log:\n"
+                + "\n".join(tail)
+            )
         try:
             with urllib.request.urlopen(node.env["NODEKIT_KUBELET_HEALTHZ"], timeout=2) as r:
                 return bool(r.status == 200)
