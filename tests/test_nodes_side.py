@@ -405,8 +405,12 @@ def _starttime(pid: int) -> str:
 
 
 def _gone(pid: int) -> bool:
+    """The process is reaped, or a zombie whose every thread is gone. A killed process's leader
+    shows Z while its other threads still exit holding its files (its listening sockets): a
+    kubelet started then cannot bind its port and exits 1 (seen under load)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        zombie = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return zombie and len(os.listdir(f"/proc/{pid}/task")) <= 1
     except OSError:
         return True
 
@@ -640,6 +644,17 @@ def test_gang_gets_gpu_nic_pairs_on_one_pcie_switch_on_each_node(plugins: Side) 
 
 
 # ---------------------------------------------------------------------------------------- 2. GPU shares
+def share_story(k: KitCluster) -> str:
+    """The shares as they stand (node, GPUs chosen, phase), then what `KitCluster.report` says."""
+    rows = [
+        f"{p['metadata']['name']}: {phase(p)}, node {(p.get('spec') or {}).get('nodeName') or '-'}, "
+        f"devices {annotations(p).get(keys.GPU_DEVICES) or '-'}"
+        f"{', deleting' if p['metadata'].get('deletionTimestamp') else ''}"
+        for p in k.pods(NS, "app=shares")
+    ]
+    return "shares: " + ("; ".join(rows) or "none") + "\n" + k.report(NS)
+
+
 def shares_deployment(node: str, replicas: int = 2) -> dict[str, Any]:
     pod = workload("share", node=node, notes={"gpu-fraction": "0.5"})
     pod["spec"]["restartPolicy"] = "Always"
@@ -691,8 +706,10 @@ def test_gpu_shares_run_on_the_gpu_their_reservation_pod_holds(plugins: Side) ->
     def wait_held(what: str) -> dict[str, Any]:
         try:
             return wait_for(what, held, timeout=30)  # type: ignore[no-any-return]
-        except AssertionError as e:  # say what was there instead (a flake under load, unexplained yet)
-            raise AssertionError(f"{e}; reservation pods seen last: {'; '.join(seen) or 'none'}") from None
+        except AssertionError as e:  # say what was there instead, and what the scheduler decided
+            raise AssertionError(
+                f"{e}; reservation pods seen last: {'; '.join(seen) or 'none'}\n{share_story(k)}"
+            ) from None
 
     shares = wait_for("two shares running", two_shares, timeout=90)
     res = wait_held("the reservation pod holding a GPU")
