@@ -97,6 +97,8 @@ class FakeApi:
     # clients to close before the server goes (a scheduler left running by a failed assertion
     # would otherwise retry its watches against nothing, and print so, long after its test)
     clients: list[Callable[[], None]] = field(default_factory=list)
+    # watches send nothing written after this resourceVersion (None: everything): a lagging watch
+    held_after: int | None = None
 
     def __post_init__(self) -> None:
         self.lock = threading.Condition()
@@ -151,6 +153,18 @@ class FakeApi:
     def drop_watches(self) -> None:
         with self.lock:
             self.watch_epoch += 1
+            self.lock.notify_all()
+
+    def lag(self) -> int:
+        """From now on watches lag: nothing written from here on goes out until `catch_up`."""
+        with self.lock:
+            self.held_after = self.rv
+            return self.rv
+
+    def catch_up(self, upto: int | None = None) -> None:
+        """Watches send what was written up to resourceVersion `upto` (None: all, and lag no more)."""
+        with self.lock:
+            self.held_after = upto
             self.lock.notify_all()
 
     def compact(self) -> None:
@@ -448,11 +462,14 @@ class _Handler(BaseHTTPRequestHandler):
                     if a.watch_epoch != epoch:
                         self.close_connection = True
                         return
+                    upto = a.rv if a.held_after is None else a.held_after
                     for rv, kind, ores, ons, obj in list(a.log):
+                        if rv > upto:
+                            break
                         if rv > sent and ores == res and (not r.namespace or ons == r.namespace):
                             emit(kind, obj)
                         sent = max(sent, rv) if rv > sent else sent
-                    sent = max(sent, a.rv)
+                    sent = max(sent, upto)
                     a.lock.wait(0.05)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):

@@ -13,6 +13,7 @@ from phalanx.k8s.act.executor import Executor
 from phalanx.k8s.client.api import Api
 from phalanx.k8s.config import AdapterConfig
 from phalanx.k8s.loop.scheduler import Scheduler
+from phalanx.k8s.read.pods import timestamp
 from phalanx.profiles import load_profile
 
 OURS = "scheduling.phalanx.io/v1alpha1"
@@ -499,3 +500,46 @@ def test_gangs_are_bound_while_the_cycle_still_decides_and_never_twice(fake, mon
     assert sorted(report.outcome.bound) == sorted(b.task for b in report.result.binds)
     assert len(report.outcome.bound) == 7 and set(fake.binds.values()) == {1}
     assert all(p["spec"].get("nodeName") for p in pods_of(fake).values())
+
+
+def share(name: str) -> dict:
+    """Half a GPU, as the admission webhook leaves it (the ConfigMap its env comes from named)."""
+    return pod(name, annotations={"gpu-fraction": "0.5", "phalanx.io/gpu-configmap": f"{name}-gpu"})
+
+
+def test_a_share_waiting_for_its_reservation_pod_is_not_planned_again_while_the_watch_lags(fake):
+    """A share planned onto a GPU waits for its reservation pod. The next cycle may read a store that
+    does not show the plan yet (a watch behind, as under load): it must still see the share there
+    (assumed, as binds are), not plan it anew, and put the next share beside it."""
+    fake.put(node("n0", gpus=4))
+    fake.put(share("s1"))
+    api = Api.connect(url=fake.url, timeout_s=0.3)
+    cfg = AdapterConfig(profile="phalanx", gpu_shares="reservation")
+    executor = Executor(api, backoff=0.01, attempts=4)
+    now = timestamp("2026-11-29T10:00:30Z")  # 30 s after the fake's objects were made: no timeout
+    s = Scheduler(api, cfg, load_profile("phalanx"), identity="a", executor=executor, clock=lambda: now)
+    s.start()
+    fake.clients.append(s.close)
+    assert s.wait_synced()
+    synced(s, fake)
+    before = fake.lag()  # the watches send nothing written from here on
+    fake.put(share("s2"))
+    first = s.step()  # reads s1 alone
+    assert first.outcome.deferred == ["default/s1"] and "default/s1" in first.outcome.planned
+    (b1,) = first.result.binds
+    fake.catch_up(before + 1)  # s2 arrives; s1's plan and its reservation pod do not
+    deadline = time.monotonic() + 5
+    while s.store.get("pods", "default/s2") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert s.store.get("pods", "default/s2") is not None
+    assert "phalanx.io/gang-plan" not in (s.store.get("pods", "default/s1") or {})["metadata"].get(
+        "annotations", {}
+    )
+    second = s.step()
+    (b2,) = second.result.binds
+    assert b2.task == "default/s2" and (b2.node, b2.gpus) == (b1.node, b1.gpus), "beside s1"
+    plans = [r for r in fake.requests if r == ("PATCH", "/api/v1/namespaces/default/pods/s1")]
+    assert len(plans) == 1, "s1 was planned once"
+    made = [r for r in fake.requests if r == ("POST", "/api/v1/namespaces/phalanx-system/pods")]
+    assert len(made) == 1, f"one reservation pod for the two shares: {made}"
+    fake.catch_up()

@@ -31,7 +31,7 @@ from phalanx.core.decisions import Bind, CycleResult
 from phalanx.core.dra import ClaimAllocation, DraDevice
 from phalanx.k8s import keys
 from phalanx.k8s.act import failpoint
-from phalanx.k8s.act.shares import Shares, is_share
+from phalanx.k8s.act.shares import Shares, is_share, slots_of
 from phalanx.k8s.act.step import BindStep, Broke, Step
 from phalanx.k8s.client.api import Api, ApiError, Conflict, NotFound
 from phalanx.k8s.client.cache import object_key
@@ -57,6 +57,8 @@ class Outcome:
     not_evicted: list[str] = field(default_factory=list)  # evictions refused (PDB) or failed
     refusals: dict[str, str] = field(default_factory=dict)  # not evicted: the API's answer
     told: list[str] = field(default_factory=list)  # evicted pods whose Preempted Event is written
+    # plans written for gangs that wait (a share's reservation pod): holder -> (workload, plan, rv before)
+    planned: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
     def merge(self, other: Outcome) -> None:
         self.told += other.told
@@ -66,6 +68,7 @@ class Outcome:
         self.deferred += other.deferred
         self.not_evicted += other.not_evicted
         self.refusals.update(other.refusals)
+        self.planned.update(other.planned)
 
 
 @dataclass
@@ -332,9 +335,11 @@ class Executor:
                 return
         shared = self.shares is not None and any(is_share(b) for b in binds)
         planned = len(binds) > 1 or shared  # a share may wait cycles for its GPU: keep the decision
+        plan = ""
         if write_intent and planned:
             ns, name = split(binds[0].task)
-            notes: dict[str, str | None] = {keys.GANG_PLAN: encode_plan(binds, uids)}
+            plan = encode_plan(binds, uids)
+            notes: dict[str, str | None] = {keys.GANG_PLAN: plan}
             try:
                 self._retry(partial(self.api.patch_pod_annotations, ns, name, notes), conflicts=True)
             except (ApiError, Retry) as e:
@@ -355,6 +360,13 @@ class Executor:
                     pass
                 case Step.LATER:  # a reservation pod waits for its GPU; the plan keeps the decision
                     out.deferred += [b.task for b in binds]
+                    if plan:  # written now: assumed until the watch shows it; said once
+                        holder = binds[0].task
+                        before = ((scene.pods.get(holder) or {}).get("metadata") or {}).get("resourceVersion")
+                        out.planned[holder] = (workload, plan, str(before or ""))
+                        slots = {s for b in binds if is_share(b) for s in slots_of(b)}
+                        where = ", ".join(slot_text(s) for s in sorted(slots))
+                        log.info("gang %s planned: waits for the reservation pod of %s", workload, where)
                     return
                 case Broke(why):
                     log.info("gang %s cannot go where it was placed: %s", workload, why)

@@ -3,17 +3,21 @@
 A bind or an eviction takes effect on the API at once, but the watch reports it a little later;
 until then the next cycle must see the pod where we put it (bound, with its devices) or on its
 way out (terminating: it holds its devices until it is gone), or it would be placed twice or its
-devices given away. An assumption ends when the watch catches up, or after `ttl` seconds.
+devices given away. So must a gang's plan written for a later bind (a share waiting for its
+reservation pod): a cycle that does not see it places the gang again, maybe elsewhere, and
+another share beside nothing. An assumption ends when the watch catches up, or after `ttl` seconds.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.core.decisions import Bind
 from phalanx.k8s.client.cache import object_key
+from phalanx.k8s.keys import GANG_PLAN
 from phalanx.k8s.read.devices import encode
 from phalanx.k8s.read.translations import ASSUMED
 
@@ -33,6 +37,8 @@ class Assumptions:
     def __init__(self, ttl: float = 60.0) -> None:
         self.assumed: dict[str, tuple[Bind, float]] = {}  # task -> (bind, when)
         self.gone: dict[str, float] = {}  # evicted pods, until the watch shows them terminating or gone
+        # gangs' plans written on their holder pod: holder -> (workload, plan, resourceVersion before, when)
+        self.plans: dict[str, tuple[str, str, str, float]] = {}
         self.ttl = ttl
         self.overlay: dict[str, dict[str, Any]] = {}  # the last `apply`'s edited copies, by key
 
@@ -42,12 +48,21 @@ class Assumptions:
     def evicted(self, task: str, now: float) -> None:
         self.gone[task] = now
 
-    def stamp(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def planned(self, holder: str, workload: str, plan: str, before: str, now: float) -> None:
+        """`plan` was written on pod `holder` (`keys.GANG_PLAN`), whose resourceVersion was `before`."""
+        self.plans[holder] = (workload, plan, before, now)
+
+    def unplanned(self, workloads: Container[str]) -> None:
+        """These gangs' plans were cleared (undone): no longer assumed."""
+        for holder in [h for h, (w, *_) in self.plans.items() if w in workloads]:
+            del self.plans[holder]
+
+    def stamp(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         """Which pods are assumed: part of what a cycle's inputs are a version of."""
-        return tuple(sorted(self.assumed)), tuple(sorted(self.gone))
+        return tuple(sorted(self.assumed)), tuple(sorted(self.gone)), tuple(sorted(self.plans))
 
     def __bool__(self) -> bool:
-        return bool(self.assumed or self.gone)
+        return bool(self.assumed or self.gone or self.plans)
 
     def apply(
         self, pods: list[dict[str, Any]], now: float, keys: list[str] | None = None
@@ -67,6 +82,17 @@ class Assumptions:
         """`apply` on the pods by key (a copy of the watch cache's table, edited in place): only the
         assumed pods are looked at."""
         self.overlay = {}
+        for key in list(self.plans):
+            p = table.get(key)
+            _, plan, before, when = self.plans[key]
+            meta = (p or {}).get("metadata") or {}
+            if p is None or meta.get("resourceVersion") != before or now - when >= self.ttl:
+                del self.plans[key]  # gone, or the watch shows our write (or a later one)
+                continue
+            p = copy.deepcopy(p)
+            p[ASSUMED] = True
+            p.setdefault("metadata", {}).setdefault("annotations", {})[GANG_PLAN] = plan
+            table[key] = self.overlay[key] = p
         for key in list(self.gone):
             p = table.get(key)
             if p is None:

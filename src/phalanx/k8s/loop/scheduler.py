@@ -331,7 +331,7 @@ class Scheduler:
         if self.board.reading():  # the dashboard still reads the last snapshot: leave it that one
             self.carry.drop()
         stamp = (generation, self.assume.stamp())
-        feed = self._feed({*assumed[0], *assumed[1], *stamp[1][0], *stamp[1][1]})
+        feed = self._feed({key for keys_ in (*assumed, *stamp[1]) for key in keys_})
         world = gathered.world(self.cfg, now, self.translations, self.carry, stamp, feed)
         self.carry.at = generation
         if self.carry.rebuilt != rebuilt or world.snapshot is not self.carry.snap:
@@ -402,6 +402,9 @@ class Scheduler:
             self.assume.bound(task, binds[task], now)
         for task in out.evicted:
             self.assume.evicted(task, now)
+        self.assume.unplanned(out.broken)  # undone: their plans were cleared
+        for holder, (workload, plan, before) in out.planned.items():
+            self.assume.planned(holder, workload, plan, before, now)
 
     def _tell(
         self, read: Read, scene: Scene, decision: Decision, out: Outcome, binds: dict[str, Bind], now: float
